@@ -1,0 +1,100 @@
+"""Static KV cache: ``n_slots`` sequences x ``max_len`` positions, per-layer k/v tensors.
+
+Rollback is logical (a length goes down; stale positions are overwritten later), as in
+vLLM. Writes of padding tokens go to a scratch slot (index ``n_slots``) so a padded batch
+never touches another sequence and never needs a host sync.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class CacheError(RuntimeError):
+    pass
+
+
+class CacheFull(CacheError):
+    """No free slot left."""
+
+
+class CacheOverflow(CacheError):
+    """A sequence would outgrow ``max_len``; raised before anything is written."""
+
+
+class KVCache:
+    def __init__(
+        self,
+        n_layers: int,
+        n_slots: int,
+        max_len: int,
+        n_kv_heads: int,
+        head_dim: int,
+        *,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        self.n_slots, self.max_len = n_slots, max_len
+        shape = (n_slots + 1, max_len, n_kv_heads, head_dim)  # +1: scratch slot for padding
+        self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layers)]
+        self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layers)]
+        self.lengths = torch.zeros(n_slots, dtype=torch.long)  # host copy: no syncs to read
+        self._free = list(range(n_slots - 1, -1, -1))
+
+    @classmethod
+    def for_model(cls, model, n_slots: int, max_len: int | None = None) -> KVCache:
+        c, p = model.config, next(model.parameters())
+        max_len = max_len or c.max_position_embeddings
+        return cls(
+            c.num_hidden_layers, n_slots, max_len, c.num_key_value_heads, c.head_dim,
+            device=p.device, dtype=p.dtype,
+        )  # fmt: skip
+
+    @property
+    def scratch(self) -> int:
+        return self.n_slots
+
+    @property
+    def n_free(self) -> int:
+        return len(self._free)
+
+    def allocate(self) -> int:
+        if not self._free:
+            raise CacheFull(f"all {self.n_slots} KV cache slots are in use")
+        slot = self._free.pop()
+        self.lengths[slot] = 0
+        return slot
+
+    def free(self, slot: int) -> None:
+        self._check(slot)
+        self.lengths[slot] = 0
+        self._free.append(slot)
+
+    def length(self, slot: int) -> int:
+        return int(self.lengths[slot])
+
+    def rollback(self, slot: int, new_length: int) -> None:
+        self._check(slot)
+        if not 0 <= new_length <= self.lengths[slot]:
+            raise CacheError(f"rollback to {new_length} > length {int(self.lengths[slot])}")
+        self.lengths[slot] = new_length
+
+    def reserve(self, slots: torch.Tensor, n_new: torch.Tensor) -> torch.Tensor:
+        """Check that ``n_new`` tokens fit in each slot; return the start positions."""
+        slots_h = slots.cpu()
+        start = self.lengths[slots_h]
+        over = start + n_new.cpu() > self.max_len
+        if bool(over.any()):
+            i = int(over.nonzero()[0])
+            raise CacheOverflow(
+                f"slot {int(slots_h[i])}: {int(start[i])} + {int(n_new[i])} tokens "
+                f"exceed max_len {self.max_len}"
+            )
+        return start
+
+    def advance(self, slots: torch.Tensor, n_new: torch.Tensor) -> None:
+        self.lengths[slots.cpu()] += n_new.cpu()
+
+    def _check(self, slot: int) -> None:
+        if not 0 <= slot < self.n_slots or slot in self._free:
+            raise CacheError(f"slot {slot} is not allocated")
