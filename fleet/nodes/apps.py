@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class NodesConfig(AppConfig):
+    name = "fleet.nodes"
+    label = "nodes"

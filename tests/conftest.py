@@ -1,0 +1,66 @@
+"""Shared fixtures: the personas every permission test uses.
+
+alice is a viewer, bob an operator, carol an admin, mallory an authenticated outsider with
+no role. (Node-agent personas live with the nodes tests.)
+"""
+
+import pytest
+from django.contrib.auth import get_user_model
+from rest_framework.test import APIClient
+
+from fleet.accounts.services import api_key_create, user_set_role
+
+PASSWORD = "correct-horse-battery-staple-42"
+
+
+def _user(username: str, role: str | None):
+    user = get_user_model().objects.create_user(username=username, password=PASSWORD)
+    if role:
+        user_set_role(user=user, role=role)
+    return user
+
+
+@pytest.fixture
+def viewer(db):
+    return _user("alice", "viewer")
+
+
+@pytest.fixture
+def operator(db):
+    return _user("bob", "operator")
+
+
+@pytest.fixture
+def admin(db):
+    return _user("carol", "admin")
+
+
+@pytest.fixture
+def outsider(db):
+    return _user("mallory", None)
+
+
+@pytest.fixture
+def personas(viewer, operator, admin, outsider):
+    return {"viewer": viewer, "operator": operator, "admin": admin, "outsider": outsider}
+
+
+@pytest.fixture
+def api():
+    """An unauthenticated API client."""
+    return APIClient()
+
+
+def client_for(user) -> APIClient:
+    """An API client authenticated with a real API key of `user` (Bearer)."""
+    client = APIClient()
+    if user is not None:
+        _, plain = api_key_create(user=user, name="test")
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {plain}")
+    return client
+
+
+@pytest.fixture
+def as_persona(personas):
+    """`as_persona("operator")` -> an API client for that persona; "anonymous" -> none."""
+    return lambda name: client_for(personas.get(name))
