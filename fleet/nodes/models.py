@@ -1,0 +1,206 @@
+"""The node registry: hardware profiles, nodes, their tokens and their latest telemetry."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from itertools import combinations
+
+from django.conf import settings
+from django.core.validators import MinValueValidator
+from django.db import models
+from django.db.models.constants import LOOKUP_SEP
+from django.db.models.fields.json import KT
+from django.utils import timezone
+
+from fleet.nodes.choices import (
+    TERMINAL_STATES,
+    NodeRole,
+    NodeState,
+    PowerSource,
+    ProfileKind,
+    can_transition,
+)
+from fleet.nodes.validators import (
+    normalize_roles,
+    validate_device_info,
+    validate_labels,
+    validate_node_name,
+    validate_roles,
+)
+
+_non_negative = [MinValueValidator(0)]
+
+
+class IllegalTransition(Exception):
+    """A state change the transition table does not allow (the API answers 409)."""
+
+    code = "illegal_transition"
+
+    def __init__(self, node: Node, to: str):
+        self.current, self.to = node.state, to
+        super().__init__(
+            f"Node {node.name!r} cannot go from {node.state!r} to {to!r}"
+            + (" (retired is final)." if node.state in TERMINAL_STATES else ".")
+        )
+
+
+class StaleVersion(Exception):
+    """The node changed since the client read it (the API answers 409)."""
+
+    code = "stale_version"
+
+    def __init__(self, node: Node, expected: int):
+        self.current, self.expected = node.version, expected
+        super().__init__(
+            f"Node {node.name!r} is at version {node.version}, not {expected}: "
+            "it changed since you read it. Reload and try again."
+        )
+
+
+class HardwareProfile(models.Model):
+    """A device type with the figures the planner needs. Seeded by a data migration;
+    `sources` maps a figure's field name to where the figure comes from."""
+
+    slug = models.SlugField(max_length=64, unique=True)
+    kind = models.CharField(max_length=24, choices=ProfileKind.choices)
+    vendor = models.CharField(max_length=64)
+    model = models.CharField(max_length=128)
+    memory_gb = models.FloatField(validators=_non_negative, help_text="Fast memory (HBM/SRAM/DRAM)")
+    memory_bandwidth_gbs = models.FloatField(validators=_non_negative)
+    peak_bf16_tflops = models.FloatField(validators=_non_negative, help_text="Dense, no sparsity")
+    tdp_w = models.FloatField(validators=_non_negative)
+    idle_w = models.FloatField(validators=_non_negative)
+    list_price_usd = models.FloatField(null=True, blank=True, validators=_non_negative)
+    usd_per_hour = models.FloatField(null=True, blank=True, validators=_non_negative)
+    sources = models.JSONField(default=dict, blank=True)
+    notes = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return f"{self.vendor} {self.model}"
+
+
+class NodeQuerySet(models.QuerySet):
+    def with_role(self, role: str):
+        """Nodes that can take `role`. Roles are stored normalized (sorted, unique), so the
+        stored lists containing a role are few and known: an exact match on each works on
+        SQLite and PostgreSQL alike (JSON `contains` does not exist on SQLite)."""
+        combos = _role_combinations_with(role)
+        query = models.Q(pk__in=[])
+        for combo in combos:
+            query |= models.Q(roles=combo)
+        return self.filter(query)
+
+    def with_label(self, key: str, value: str):
+        """Nodes whose label `key` equals `value` (chainable for several labels)."""
+        if LOOKUP_SEP in key:  # never a valid label key; would be read as a lookup path
+            return self.none()
+        alias = f"_label_{len(self.query.annotations)}"
+        return self.alias(**{alias: KT(f"labels__{key}")}).filter(**{alias: value})
+
+    def not_retired(self):
+        return self.exclude(state=NodeState.RETIRED)
+
+
+def _role_combinations_with(role: str) -> list[list[str]]:
+    roles = sorted(NodeRole.values)
+    return [list(c) for n in range(1, len(roles) + 1) for c in combinations(roles, n) if role in c]
+
+
+class Node(models.Model):
+    name = models.CharField(max_length=63, unique=True, validators=[validate_node_name])
+    profile = models.ForeignKey(HardwareProfile, on_delete=models.PROTECT, related_name="nodes")
+    roles = models.JSONField(default=list, validators=[validate_roles])
+    state = models.CharField(
+        max_length=16, choices=NodeState.choices, default=NodeState.REGISTERED, db_index=True
+    )
+    labels = models.JSONField(default=dict, blank=True, validators=[validate_labels])
+    address = models.CharField(max_length=255, blank=True)
+    agent_version = models.CharField(max_length=64, blank=True)
+    device_info = models.JSONField(default=dict, blank=True, validators=[validate_device_info])
+    last_seen = models.DateTimeField(null=True, blank=True, db_index=True)
+    simulated = models.BooleanField(default=False)
+    # Bumped on every change an operator can see or make (fields, state), not on plain
+    # liveness updates, so an edit form is not invalidated by each heartbeat.
+    version = models.PositiveIntegerField(default=1)
+    created = models.DateTimeField(default=timezone.now)
+    updated = models.DateTimeField(auto_now=True)
+
+    objects = NodeQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        if isinstance(self.roles, list) and self.roles:
+            try:
+                self.roles = normalize_roles(self.roles)
+            except Exception:  # reported by the field validator
+                pass
+
+    def can_transition(self, to: str) -> bool:
+        return can_transition(self.state, to)
+
+    def transition(self, to: str) -> None:
+        """Move to state `to` in memory (and bump the version), or raise IllegalTransition.
+        Services persist it under a row lock: use `node_drain()` and friends, not this."""
+        if not self.can_transition(to):
+            raise IllegalTransition(self, to)
+        self.state = to
+        self.version += 1
+
+    def check_version(self, expected: int | None) -> None:
+        if expected is not None and expected != self.version:
+            raise StaleVersion(self, expected)
+
+    @staticmethod
+    def liveness_window() -> timedelta:
+        return timedelta(seconds=settings.HEARTBEAT_PERIOD_S * settings.HEARTBEAT_TOLERANCE)
+
+    def is_lost(self, now: datetime | None = None) -> bool:
+        """Has the last heartbeat aged past period x tolerance? A node that never sent one
+        is not lost (it has not started yet); a retired node is never lost."""
+        if self.last_seen is None or self.state in TERMINAL_STATES:
+            return False
+        return self.last_seen < (now or timezone.now()) - self.liveness_window()
+
+
+class NodeToken(models.Model):
+    """A node agent's bearer secret `tdn_<prefix>_<secret>`, stored as SHA-256."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="tokens")
+    prefix = models.CharField(max_length=16, unique=True)
+    token_hash = models.CharField(max_length=64, unique=True)
+    created = models.DateTimeField(default=timezone.now)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self) -> str:
+        return f"{self.node_id}:{self.prefix}…"
+
+    @property
+    def active(self) -> bool:
+        return self.revoked_at is None
+
+
+class NodeTelemetry(models.Model):
+    """The latest telemetry a node's agent reported (one row per node, overwritten by each
+    heartbeat). History and rollups belong to the telemetry app."""
+
+    node = models.OneToOneField(
+        Node, on_delete=models.CASCADE, primary_key=True, related_name="telemetry"
+    )
+    received_at = models.DateTimeField(default=timezone.now)
+    interval_s = models.FloatField()
+    power_source = models.CharField(max_length=16, choices=PowerSource.choices, blank=True)
+    payload = models.JSONField(default=dict)
+
+    def __str__(self) -> str:
+        return f"telemetry of node {self.node_id} at {self.received_at:%H:%M:%S}"
