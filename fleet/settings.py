@@ -157,6 +157,7 @@ LOGOUT_REDIRECT_URL = "login"
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "fleet.accounts.authentication.ApiKeyAuthentication",
+        "fleet.nodes.authentication.NodeTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["fleet.accounts.permissions.RolePermission"],

@@ -1,0 +1,243 @@
+"""Every state change of the node registry: keyword-only, atomic, side effects after commit.
+
+Concurrency: a service locks the node row (`select_for_update`; on SQLite the IMMEDIATE
+transaction mode serialises writers) and checks the caller's `expected_version` against
+the locked row, so two edits of one read never both win.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from fleet.accounts.secrets import new_secret
+from fleet.nodes.choices import WATCHED_STATES, NodeState
+from fleet.nodes.models import HardwareProfile, IllegalTransition, Node, NodeTelemetry, NodeToken
+from fleet.nodes.validators import normalize_roles
+
+logger = logging.getLogger(__name__)
+
+# Fields an admin may edit (PATCH / forms). State goes through the transition services;
+# last_seen, agent_version and device_info come from the agent's heartbeats.
+EDITABLE_FIELDS = frozenset({"name", "profile", "roles", "labels", "address", "simulated"})
+
+
+def _after_commit(event: str, node_ids: list[int]) -> None:
+    """The one seam for registry side effects (pipelines re-route lost nodes, telemetry
+    pushes state changes); runs only if the transaction commits."""
+    transaction.on_commit(lambda: logger.info("nodes: %s %s", event, node_ids))
+
+
+def _locked(node: Node) -> Node:
+    return Node.objects.select_for_update().select_related("profile").get(pk=node.pk)
+
+
+def _save(node: Node) -> Node:
+    node.full_clean()
+    try:
+        with transaction.atomic():
+            node.save()
+    except IntegrityError as exc:  # a concurrent registration took the name first
+        raise ValidationError({"name": ["A node with this name already exists."]}) from exc
+    return node
+
+
+def _issue_token(node: Node) -> str:
+    plain, prefix, token_hash = new_secret("tdn")
+    NodeToken.objects.create(node=node, prefix=prefix, token_hash=token_hash)
+    return plain
+
+
+@transaction.atomic
+def node_register(
+    *,
+    name: str,
+    profile: HardwareProfile,
+    roles: list[str],
+    labels: dict[str, str] | None = None,
+    address: str = "",
+    simulated: bool = False,
+    actor=None,
+) -> tuple[Node, str]:
+    """Registers a node and issues its first token; returns the node and the plain token,
+    which is stored only as a hash and never shown again."""
+    node = Node(
+        name=name,
+        profile=profile,
+        roles=normalize_roles(roles),
+        labels=labels or {},
+        address=address,
+        simulated=simulated,
+    )
+    _save(node)
+    plain = _issue_token(node)
+    _after_commit("registered", [node.pk])
+    return node, plain
+
+
+@transaction.atomic
+def node_update(*, node: Node, expected_version: int | None = None, actor=None, **changes) -> Node:
+    unknown = set(changes) - EDITABLE_FIELDS
+    if unknown:
+        raise ValueError(f"not editable: {sorted(unknown)}")
+    node = _locked(node)
+    node.check_version(expected_version)
+    if "roles" in changes:
+        changes["roles"] = normalize_roles(changes["roles"])
+    changed = {k: v for k, v in changes.items() if getattr(node, k) != v}
+    if changed:
+        for field, value in changed.items():
+            setattr(node, field, value)
+        node.version += 1
+        _save(node)
+        _after_commit("updated", [node.pk])
+    return node
+
+
+@transaction.atomic
+def node_transition(
+    *, node: Node, to: str, expected_version: int | None = None, actor=None
+) -> Node:
+    """Moves a node to state `to` if the transition table allows it (IllegalTransition
+    otherwise); retiring also revokes the node's tokens."""
+    node = _locked(node)
+    node.check_version(expected_version)
+    node.transition(to)
+    node.save(update_fields=["state", "version", "updated"])
+    if to == NodeState.RETIRED:
+        _revoke_tokens(node)
+    _after_commit(to, [node.pk])
+    return node
+
+
+def node_drain(*, node: Node, expected_version: int | None = None, actor=None) -> Node:
+    """Stop sending new work to the node; in-flight sequences finish where they are."""
+    return node_transition(
+        node=node, to=NodeState.DRAINING, expected_version=expected_version, actor=actor
+    )
+
+
+def node_return(*, node: Node, expected_version: int | None = None, actor=None) -> Node:
+    """Return a drained node to service."""
+    if node.state != NodeState.DRAINING:
+        # Only draining nodes "return"; say so instead of a generic transition error.
+        raise IllegalTransition(node, NodeState.ONLINE)
+    return node_transition(
+        node=node, to=NodeState.ONLINE, expected_version=expected_version, actor=actor
+    )
+
+
+def node_retire(*, node: Node, expected_version: int | None = None, actor=None) -> Node:
+    """Soft delete: the row stays (history refers to it), its tokens are revoked."""
+    return node_transition(
+        node=node, to=NodeState.RETIRED, expected_version=expected_version, actor=actor
+    )
+
+
+def _revoke_tokens(node: Node) -> int:
+    return NodeToken.objects.filter(node=node, revoked_at__isnull=True).update(
+        revoked_at=timezone.now()
+    )
+
+
+@transaction.atomic
+def node_token_revoke(*, node: Node, actor=None) -> int:
+    """Revokes every active token of the node; returns how many."""
+    count = _revoke_tokens(node)
+    _after_commit("tokens-revoked", [node.pk])
+    return count
+
+
+@transaction.atomic
+def node_token_rotate(*, node: Node, actor=None) -> tuple[NodeToken, str]:
+    """Revokes the node's tokens and issues a new one (returned once, in plain)."""
+    node = _locked(node)
+    if node.state == NodeState.RETIRED:
+        raise IllegalTransition(node, NodeState.RETIRED)
+    _revoke_tokens(node)
+    plain = _issue_token(node)
+    token = NodeToken.objects.get(node=node, revoked_at__isnull=True)
+    _after_commit("token-rotated", [node.pk])
+    return token, plain
+
+
+@transaction.atomic
+def node_heartbeat(
+    *,
+    node: Node,
+    agent_version: str | None = None,
+    device_info: dict | None = None,
+    address: str | None = None,
+    telemetry: dict | None = None,
+    now: datetime | None = None,
+) -> Node:
+    """A heartbeat from the node's agent. The first one registers the agent (its version,
+    device and address); registered and lost nodes come online, draining ones stay
+    draining. Liveness fields do not bump the version; a state change does."""
+    now = now or timezone.now()
+    node = _locked(node)
+    node.last_seen = now
+    fields = ["last_seen", "updated"]
+    for field, value in (
+        ("agent_version", agent_version),
+        ("device_info", device_info),
+        ("address", address),
+    ):
+        if value is not None and getattr(node, field) != value:
+            setattr(node, field, value)
+            fields.append(field)
+    if node.state in (NodeState.REGISTERED, NodeState.LOST):
+        node.transition(NodeState.ONLINE)
+        fields += ["state", "version"]
+        _after_commit(NodeState.ONLINE, [node.pk])
+    node.save(update_fields=fields)
+    if telemetry is not None:
+        NodeTelemetry.objects.update_or_create(
+            node=node,
+            defaults={
+                "received_at": now,
+                "interval_s": telemetry["interval_s"],
+                "power_source": telemetry.get("power_source") or "",
+                "payload": telemetry,
+            },
+        )
+    return node
+
+
+@transaction.atomic
+def nodes_mark_lost(*, now: datetime | None = None) -> list[int]:
+    """Turns watched (online/draining) nodes whose heartbeat aged out into lost. One
+    conditional UPDATE, so a heartbeat racing with it either wins or is seen."""
+    now = now or timezone.now()
+    cutoff = now - Node.liveness_window()
+    stale = Node.objects.filter(state__in=WATCHED_STATES, last_seen__lt=cutoff)
+    ids = list(stale.select_for_update(skip_locked=True).values_list("pk", flat=True))
+    if not ids:
+        return []
+    Node.objects.filter(pk__in=ids, state__in=WATCHED_STATES, last_seen__lt=cutoff).update(
+        state=NodeState.LOST, version=F("version") + 1, updated=now
+    )
+    _after_commit(NodeState.LOST, ids)
+    return ids
+
+
+@transaction.atomic
+def profile_create(*, actor=None, **fields) -> HardwareProfile:
+    profile = HardwareProfile(**fields)
+    profile.full_clean()
+    profile.save()
+    return profile
+
+
+@transaction.atomic
+def profile_update(*, profile: HardwareProfile, actor=None, **fields) -> HardwareProfile:
+    for field, value in fields.items():
+        setattr(profile, field, value)
+    profile.full_clean()
+    profile.save()
+    return profile
