@@ -1,0 +1,157 @@
+"""Drafters: a draft model with its own KV cache, and n-gram prompt lookup.
+
+Both keep each sequence's committed context (prompt + every emitted token). The model
+drafter keeps all but the last 1+ context tokens in its cache ("pending" tokens are fed at
+the next proposal), so after a verification it only rolls its cache back to the longest
+prefix the target kept: rejected draft KV disappears by lowering a length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from .kv_cache import CacheOverflow, KVCache
+from .messages import Draft, SeqId, draft_q, to_wire
+from .model import Transformer
+from .sampling import SamplingParams, derive_seed, exp_noise, logits_to_probs, make_generator
+
+GREEDY = SamplingParams(temperature=0.0)
+
+
+class NgramDrafter:
+    """Prompt lookup: find the latest earlier occurrence of the context's last n tokens
+    (n from max_n down to min_n) and propose what followed it. q is one-hot."""
+
+    vocab_size = None
+
+    def __init__(self, min_n: int = 1, max_n: int = 4) -> None:
+        self.min_n, self.max_n = min_n, max_n
+        self.ctx: dict[SeqId, list[int]] = {}
+
+    def add(self, seq_id: SeqId, token_ids: list[int], params: SamplingParams | None) -> None:
+        self.ctx[seq_id] = list(token_ids)
+
+    def lookup(self, ctx: list[int], k: int) -> list[int]:
+        a = np.asarray(ctx)
+        for n in range(min(self.max_n, len(a) - 1), self.min_n - 1, -1):
+            win = np.lib.stride_tricks.sliding_window_view(a[:-1], n)  # excludes the suffix
+            hits = np.flatnonzero((win == a[-n:]).all(axis=1))
+            if hits.size:
+                start = int(hits[-1]) + n
+                return a[start : start + k].tolist()
+        return []
+
+    def propose(self, requests: list[tuple[SeqId, int]]) -> tuple[list[Draft], int]:
+        return [Draft(s, self.lookup(self.ctx[s], k) if k > 0 else []) for s, k in requests], 0
+
+    def commit(self, seq_id: SeqId, tokens: list[int], n_accepted: int) -> None:
+        self.ctx[seq_id].extend(tokens)
+
+    def free(self, seq_id: SeqId) -> None:
+        self.ctx.pop(seq_id, None)
+
+
+@dataclass
+class _Seq:
+    slot: int
+    ctx: list[int]
+    params: SamplingParams
+    gen: torch.Generator
+    drafted: list[int] = field(default_factory=list)  # this round's draft tokens
+    probs: list[torch.Tensor] = field(default_factory=list)  # their float16 q rows
+
+
+class ModelDrafter:
+    """A draft model drafting all requested sequences in one batched forward per position.
+
+    Draft tokens are sampled with the request's own temperature/top-k/top-p (greedy requests
+    draft greedily and send no probabilities)."""
+
+    def __init__(self, model: Transformer, *, n_slots: int = 8, max_len: int | None = None):
+        self.model = model
+        self.cache = KVCache.for_model(model, n_slots, max_len)
+        self.device = self.cache.k[0].device
+        self.seqs: dict[SeqId, _Seq] = {}
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.config.vocab_size
+
+    @torch.no_grad()
+    def add(self, seq_id: SeqId, token_ids: list[int], params: SamplingParams | None) -> None:
+        if seq_id in self.seqs:
+            raise ValueError(f"sequence {seq_id!r} already exists")
+        if not token_ids:
+            raise ValueError("a draft context needs at least one token")
+        if len(token_ids) > self.cache.max_len:
+            raise CacheOverflow(f"context of {len(token_ids)} > draft max_len {self.cache.max_len}")
+        params = params or GREEDY
+        slot = self.cache.allocate()
+        gen = make_generator(derive_seed(params.seed, 1), self.device)
+        self.seqs[seq_id] = _Seq(slot, list(token_ids), params, gen)
+        if len(token_ids) > 1:  # prefill all but the last token
+            x = torch.tensor([token_ids[:-1]], device=self.device)
+            self.model.hidden(x, self.cache, torch.tensor([slot]))
+
+    @torch.no_grad()
+    def propose(self, requests: list[tuple[SeqId, int]]) -> tuple[list[Draft], int]:
+        """Drafts for each (seq_id, k); returns them and the number of forward passes."""
+        ks = {}
+        for sid, k in requests:
+            s = self.seqs[sid]
+            s.drafted, s.probs = [], []
+            ks[sid] = max(0, min(k, self.cache.max_len - len(s.ctx) + 1))  # fit the cache
+        steps = 0
+        for j in range(max(ks.values(), default=0)):
+            rows = [self.seqs[sid] for sid, k in ks.items() if k > j]
+            if j == 0:
+                feed = [s.ctx[self.cache.length(s.slot) :] for s in rows]
+            else:
+                feed = [s.drafted[-1:] for s in rows]
+            n = torch.tensor([len(f) for f in feed])
+            x = torch.tensor([f + [0] * (int(n.max()) - len(f)) for f in feed], device=self.device)
+            slots = torch.tensor([s.slot for s in rows])
+            h = self.model.hidden(x, self.cache, slots, n)
+            logits = self.model.lm_head(h[torch.arange(len(rows)), n.to(h.device) - 1])
+            self._sample(rows, logits)
+            steps += 1
+        out = []
+        for sid, k in ks.items():
+            s = self.seqs[sid]
+            probs = torch.stack(s.probs) if s.probs and k else None
+            out.append(Draft(sid, list(s.drafted), probs))
+        return out, steps
+
+    def _sample(self, rows: list[_Seq], logits: torch.Tensor) -> None:
+        params = [s.params for s in rows]
+        probs = logits_to_probs(logits, params)
+        tokens = probs.argmax(-1)
+        sampled = [i for i, p in enumerate(params) if not p.greedy]
+        if sampled:
+            q16 = to_wire(probs[sampled])
+            noise = exp_noise([rows[i].gen for i in sampled], probs.shape[-1], probs.device)
+            tokens[sampled] = (draft_q(q16) / noise).argmax(-1)
+            for i, q in zip(sampled, q16, strict=True):
+                rows[i].probs.append(q)
+        for s, t in zip(rows, tokens.tolist(), strict=True):
+            s.drafted.append(t)
+
+    def commit(self, seq_id: SeqId, tokens: list[int], n_accepted: int) -> None:
+        """Append the verifier's emitted tokens; keep draft KV only for the accepted prefix."""
+        s = self.seqs[seq_id]
+        old, cached = len(s.ctx), s.drafted[: max(len(s.drafted) - 1, 0)]  # d_1..d_{k-1}
+        m = 0
+        while m < min(n_accepted, len(cached), len(tokens)) and cached[m] == tokens[m]:
+            m += 1
+        s.ctx.extend(tokens)
+        keep = min(old + m, self.cache.length(s.slot), len(s.ctx) - 1)
+        self.cache.rollback(s.slot, keep)
+        s.drafted, s.probs = [], []
+
+    def free(self, seq_id: SeqId) -> None:
+        s = self.seqs.pop(seq_id, None)
+        if s is not None:
+            self.cache.free(s.slot)

@@ -1,0 +1,291 @@
+"""The split engines. In production they live in different worker processes and exchange
+only the JSON-able messages of ``messages``; ``generator`` runs them in one process.
+
+``DraftEngine`` proposes drafts (draft model or n-gram); ``VerifyEngine`` holds the target
+model, scores every draft of a batch in ONE forward pass, rejection-samples, rolls back the
+target KV of rejected positions and applies stop conditions.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .counters import SpecCounters
+from .drafters import ModelDrafter, NgramDrafter
+from .kv_cache import CacheFull, CacheOverflow, KVCache
+from .messages import Draft, SeqId, VerifyResult, draft_q
+from .model import Transformer
+from .rejection import rejection_sample
+from .sampling import SamplingParams, exp_noise, logits_to_probs, make_generator, sample
+from .tokenizer import Tokenizer
+
+
+class IncompatibleDrafter(ValueError):
+    """Draft and target disagree on what token ids mean."""
+
+
+class PromptTooLong(CacheOverflow, ValueError):
+    pass
+
+
+def check_compatible(draft_info: dict[str, Any], verify_info: dict[str, Any]) -> None:
+    """Raise IncompatibleDrafter unless vocab sizes (where the drafter has one) and tokenizer
+    hashes (where both sides have one) agree. Takes ``.info()`` dicts, so it works on JSON."""
+    dv, tv = draft_info.get("vocab_size"), verify_info.get("vocab_size")
+    if dv is not None and dv != tv:
+        raise IncompatibleDrafter(f"draft vocab size {dv} != target vocab size {tv}")
+    dh, th = draft_info.get("tokenizer_hash"), verify_info.get("tokenizer_hash")
+    if dh and th and dh != th:
+        raise IncompatibleDrafter(f"draft tokenizer {dh} != target tokenizer {th}")
+
+
+class DraftEngine:
+    def __init__(self, drafter: ModelDrafter | NgramDrafter, tokenizer: Tokenizer | None = None):
+        self.drafter = drafter
+        self.tokenizer_hash = tokenizer.hash if tokenizer is not None else None
+        self.counters = SpecCounters()
+        self.seq_counters: dict[SeqId, SpecCounters] = {}
+
+    @classmethod
+    def from_model(cls, model: Transformer, tokenizer: Tokenizer | None = None, *, n_slots: int = 8, max_len: int | None = None) -> DraftEngine:  # fmt: skip
+        return cls(ModelDrafter(model, n_slots=n_slots, max_len=max_len), tokenizer)
+
+    @classmethod
+    def ngram(cls, min_n: int = 1, max_n: int = 4) -> DraftEngine:
+        return cls(NgramDrafter(min_n, max_n))
+
+    def info(self) -> dict[str, Any]:
+        kind = "model" if isinstance(self.drafter, ModelDrafter) else "ngram"
+        return {"kind": kind, "vocab_size": self.drafter.vocab_size, "tokenizer_hash": self.tokenizer_hash}  # fmt: skip
+
+    @property
+    def n_free(self) -> int | None:
+        """Free sequence slots (None: unlimited)."""
+        d = self.drafter
+        return d.cache.n_free if isinstance(d, ModelDrafter) else None
+
+    def add(self, seq_id: SeqId, token_ids: list[int], params: SamplingParams | None = None) -> None:  # fmt: skip
+        """Start drafting for a sequence whose context (prompt + emitted tokens) is token_ids."""
+        self.drafter.add(seq_id, list(token_ids), params)
+        self.seq_counters[seq_id] = SpecCounters()
+
+    def propose(self, requests: list[tuple[SeqId, int]]) -> list[Draft]:
+        """One draft per (seq_id, k), all sequences batched; k may differ, k=0 -> empty."""
+        t0 = time.perf_counter()
+        drafts, steps = self.drafter.propose(requests)
+        dt = time.perf_counter() - t0
+        self.counters.record_draft_step(dt, steps)
+        for d in drafts:
+            if d.tokens:
+                self.seq_counters[d.seq_id].record_draft_step(dt, len(d.tokens))
+        return drafts
+
+    def commit(self, seq_id: SeqId, tokens: list[int], n_accepted: int) -> None:
+        """Append the verifier's emitted tokens; roll back rejected draft KV."""
+        self.drafter.commit(seq_id, list(tokens), n_accepted)
+
+    def free(self, seq_id: SeqId) -> SpecCounters | None:
+        self.drafter.free(seq_id)
+        return self.seq_counters.pop(seq_id, None)
+
+
+@dataclass
+class _Seq:
+    slot: int | None
+    params: SamplingParams
+    gen: torch.Generator
+    prompt_len: int
+    generated: list[int] = field(default_factory=list)
+    pending: int | None = None  # last emitted token: not yet in the KV cache
+    result: VerifyResult | None = None  # set once finished
+    counters: SpecCounters = field(default_factory=SpecCounters)
+
+
+class VerifyEngine:
+    def __init__(
+        self,
+        model: Transformer,
+        tokenizer: Tokenizer | None = None,
+        *,
+        n_slots: int = 8,
+        max_len: int | None = None,
+        eos_token_ids: list[int] | None = None,
+    ) -> None:
+        self.model, self.tokenizer = model, tokenizer
+        self.cache = KVCache.for_model(model, n_slots, max_len)
+        self.device = self.cache.k[0].device
+        if eos_token_ids is None:
+            eos_token_ids = list(model.config.eos_token_ids)
+            if tokenizer is not None and tokenizer.eos_id is not None:
+                eos_token_ids.append(tokenizer.eos_id)
+        self.eos = set(eos_token_ids)
+        self.seqs: dict[SeqId, _Seq] = {}
+        self.counters = SpecCounters()
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.config.vocab_size
+
+    @property
+    def n_free(self) -> int:
+        return self.cache.n_free
+
+    def info(self) -> dict[str, Any]:
+        h = self.tokenizer.hash if self.tokenizer is not None else None
+        return {"kind": "target", "vocab_size": self.vocab_size, "tokenizer_hash": h}
+
+    def tokens(self, seq_id: SeqId) -> list[int]:
+        return list(self.seqs[seq_id].generated)
+
+    # -- prefill ---------------------------------------------------------------------------
+    def add(self, seq_id: SeqId, prompt_ids: list[int], params: SamplingParams) -> VerifyResult:
+        """Prefill a prompt and emit the first token. Empty prompts are refused (add a BOS
+        token yourself if the model wants one); prompts must be shorter than max_len."""
+        return self.add_many([(seq_id, prompt_ids, params)])[0]
+
+    @torch.no_grad()
+    def add_many(self, items: list[tuple[SeqId, list[int], SamplingParams]]) -> list[VerifyResult]:
+        for sid, prompt, params in items:
+            if sid in self.seqs:
+                raise ValueError(f"sequence {sid!r} already exists")
+            if not prompt:
+                raise ValueError("empty prompt: pass at least one token (e.g. BOS)")
+            if len(prompt) >= self.cache.max_len:
+                raise PromptTooLong(f"prompt of {len(prompt)} tokens does not fit max_len {self.cache.max_len} (one position is kept for generation)")  # fmt: skip
+            if max(prompt) >= self.vocab_size or min(prompt) < 0:
+                raise ValueError("prompt token id out of the vocabulary")
+            if params.stop and self.tokenizer is None:
+                raise ValueError("stop strings need a tokenizer")
+        run = [it for it in items if it[2].max_tokens > 0]
+        if len(run) > self.cache.n_free:
+            raise CacheFull(f"{len(run)} sequences, {self.cache.n_free} free slots")
+        out: dict[SeqId, VerifyResult] = {}
+        for sid, prompt, params in items:
+            gen = make_generator(params.seed, self.device)
+            s = _Seq(None, params, gen, len(prompt))
+            self.seqs[sid] = s
+            if params.max_tokens == 0:
+                s.result = out[sid] = VerifyResult(sid, [], finished=True, finish_reason="length")
+        if run:
+            t0 = time.perf_counter()
+            seqs = [self.seqs[sid] for sid, _, _ in run]
+            for s in seqs:
+                s.slot = self.cache.allocate()
+            n = torch.tensor([len(p) for _, p, _ in run])
+            x = torch.tensor([p + [0] * (int(n.max()) - len(p)) for _, p, _ in run], device=self.device)  # fmt: skip
+            h = self.model.hidden(x, self.cache, torch.tensor([s.slot for s in seqs]), n)
+            logits = self.model.lm_head(h[torch.arange(len(run)), n.to(h.device) - 1])
+            params = [s.params for s in seqs]
+            first = sample(logits_to_probs(logits, params), params, [s.gen for s in seqs])
+            dt = time.perf_counter() - t0
+            self.counters.record_verify_step(dt, len(run))
+            for (sid, _, _), s, t in zip(run, seqs, first.tolist(), strict=True):
+                s.counters.record_verify_step(dt, len(run))
+                out[sid] = self._emit(sid, s, [t], 0, 0)
+        return [out[sid] for sid, _, _ in items]
+
+    # -- verification ----------------------------------------------------------------------
+    @torch.no_grad()
+    def verify(self, items: list[tuple[SeqId, list[int], Tensor | None]]) -> list[VerifyResult]:
+        """Score the drafts of all sequences in one target forward; rejection-sample.
+
+        Each item is (seq_id, draft_tokens, draft_probs [k, V] float16 or None = one-hot).
+        An empty draft is one plain decoding step. Drafts are cut to fit max_len and
+        max_tokens (a shorter draft is still a valid draft)."""
+        out: dict[SeqId, VerifyResult] = {}
+        rows: list[tuple[SeqId, _Seq, list[int], Tensor | None]] = []
+        V = self.vocab_size
+        for sid, dtoks, dprobs in items:
+            s = self.seqs[sid]
+            if s.result is not None:
+                out[sid] = VerifyResult(sid, [], finished=True, finish_reason=s.result.finish_reason)  # fmt: skip
+                continue
+            room = self.cache.max_len - self.cache.length(s.slot) - 1
+            k = max(0, min(len(dtoks), room, s.params.max_tokens - len(s.generated) - 1))
+            if dprobs is not None and (dprobs.dim() != 2 or dprobs.shape[-1] != V or len(dprobs) < k):  # fmt: skip
+                raise IncompatibleDrafter(f"draft probabilities of shape {tuple(dprobs.shape)} for vocab {V}")  # fmt: skip
+            if any(not 0 <= t < V for t in dtoks[:k]):
+                raise IncompatibleDrafter(f"draft token id out of target vocab {V}")
+            rows.append((sid, s, list(dtoks[:k]), None if dprobs is None else dprobs[:k]))
+        if rows:
+            self._verify_rows(rows, out)
+        return [out[sid] for sid, _, _ in items]
+
+    def _verify_rows(self, rows, out: dict[SeqId, VerifyResult]) -> None:
+        t0 = time.perf_counter()
+        B, dev, V = len(rows), self.device, self.vocab_size
+        K = max(len(d) for _, _, d, _ in rows)
+        n_draft = torch.tensor([len(d) for _, _, d, _ in rows])
+        x = torch.tensor([[s.pending] + d + [0] * (K - len(d)) for _, s, d, _ in rows], device=dev)  # fmt: skip
+        slots = torch.tensor([s.slot for _, s, _, _ in rows])
+        start = self.cache.lengths[slots].clone()
+        logits = self.model(x, self.cache, slots, n_draft + 1)  # [B, K+1, V]
+        params = [s.params for _, s, _, _ in rows]
+        p = logits_to_probs(logits, params)
+        q = None
+        if any(dp is not None for *_, dp in rows):
+            q = torch.zeros(B, K, V, device=dev)
+            for i, (*_, dp) in enumerate(rows):
+                if dp is not None and len(dp):
+                    q[i, : len(dp)] = draft_q(dp.to(dev))
+        uniform = torch.zeros(B, K, device=dev)
+        noise = torch.ones(B, V, device=dev)
+        for i, (_, s, d, _) in enumerate(rows):  # fixed draws per sequence: batch invariant
+            if not s.params.greedy:
+                uniform[i, : len(d)] = torch.rand(len(d), device=dev, generator=s.gen)
+                noise[i] = exp_noise([s.gen], V, dev)[0]
+        greedy = torch.tensor([pr.greedy for pr in params], device=dev)
+        n_acc, nxt = rejection_sample(p, x[:, 1:], n_draft.to(dev), q, greedy, uniform, noise)
+        n_acc, nxt = n_acc.tolist(), nxt.tolist()
+        dt = time.perf_counter() - t0
+        self.counters.record_verify_step(dt, B)
+        for i, (sid, s, d, _) in enumerate(rows):
+            self.cache.rollback(s.slot, int(start[i]) + 1 + n_acc[i])  # pending + accepted
+            s.counters.record_verify_step(dt, B)
+            out[sid] = self._emit(sid, s, d[: n_acc[i]] + [nxt[i]], n_acc[i], len(d))
+
+    # -- stop conditions -------------------------------------------------------------------
+    def _emit(self, sid: SeqId, s: _Seq, tokens: list[int], n_acc: int, n_draft: int) -> VerifyResult:  # fmt: skip
+        r = VerifyResult(sid, [], n_accepted=n_acc, n_drafted=n_draft)
+        for t in tokens:
+            r.tokens.append(t)
+            s.generated.append(t)
+            if (t in self.eos and not s.params.ignore_eos) or t in s.params.stop_token_ids:
+                r.finish_reason, r.stop_reason = "stop", t
+            elif (hit := self._stop_string(s)) is not None:
+                r.finish_reason, r.stop_reason = "stop", hit
+            elif len(s.generated) >= s.params.max_tokens:
+                r.finish_reason = "length"
+            if r.finish_reason:
+                break
+        s.pending = r.tokens[-1]
+        if r.finish_reason is None and self.cache.length(s.slot) + 1 > self.cache.max_len:
+            r.finish_reason = "length"  # no room left for the pending token
+        for c in (s.counters, self.counters):
+            c.record_round(n_draft, n_acc, len(r.tokens))
+        if r.finish_reason:
+            r.finished, s.result = True, r
+            self.cache.free(s.slot)
+            s.slot = None
+        return r
+
+    def _stop_string(self, s: _Seq) -> str | None:
+        if not s.params.stop:
+            return None
+        longest = max(map(len, s.params.stop))
+        tail = self.tokenizer.decode(s.generated[-(longest + 8) :])  # cheap: a short tail
+        return next((stop for stop in s.params.stop if stop in tail), None)
+
+    def free(self, seq_id: SeqId) -> SpecCounters | None:
+        """Forget a sequence (finished or not); returns its counters."""
+        s = self.seqs.pop(seq_id, None)
+        if s is None:
+            return None
+        if s.slot is not None:
+            self.cache.free(s.slot)
+        return s.counters
