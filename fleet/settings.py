@@ -142,6 +142,8 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_RESULT_EXPIRES = 3600
+# Tasks not routed elsewhere go to the control-plane worker that `manage.py up` starts.
+CELERY_TASK_DEFAULT_QUEUE = "control"
 
 # --- Auth ------------------------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [

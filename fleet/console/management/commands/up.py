@@ -1,0 +1,131 @@
+"""`manage.py up`: everything Tandem needs on one machine, until Ctrl-C.
+
+Redis (embedded, unless REDIS_URL is set), migrations, a first admin account, static files,
+the control-plane Celery worker and the ASGI web server. Children are supervised by
+`fleet.launcher`; see there how later issues add node workers and the simulator.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import sys
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+from django.db import connections, transaction
+
+from fleet import launcher
+from fleet.accounts.services import user_set_role
+from fleet.embedded_redis import ensure_redis_url
+from fleet.env import env_int, env_str
+
+ADMIN_USERNAME = "admin"
+
+
+def _check_port_free(host: str, port: int) -> None:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise CommandError(
+                f"cannot listen on {host}:{port} ({exc.strerror}): is Tandem already running? "
+                "Choose another port with TANDEM_PORT."
+            ) from exc
+
+
+@transaction.atomic
+def _create_first_admin() -> str | None:
+    """On the first run only: an `admin` superuser in the admin role; returns its password."""
+    users = get_user_model().objects
+    if users.filter(username=ADMIN_USERNAME).exists() or users.filter(is_superuser=True).exists():
+        return None
+    password = secrets.token_urlsafe(18)
+    user = users.create_superuser(username=ADMIN_USERNAME, email="", password=password)
+    user_set_role(user=user, role="admin")
+    return password
+
+
+class Command(BaseCommand):
+    help = "Start Tandem on this machine (Redis, migrations, admin, worker, web) until Ctrl-C."
+
+    def handle(self, *args, **options):
+        host = env_str("TANDEM_HOST", "127.0.0.1")
+        port = env_int("TANDEM_PORT", 8000, minimum=1)
+        _check_port_free(host, port)
+
+        supervisor = launcher.Supervisor(env={}, log=self._say)
+        supervisor.install_signal_handlers()  # from here on, Ctrl-C stops what we started
+        redis_server = None
+        exit_code = 0
+        try:
+            redis_server = ensure_redis_url(settings.DATA_DIR)
+            if redis_server:
+                self._say(f"  started redis    pid {redis_server.process.pid} (embedded)")
+            settings.REDIS_URL = os.environ["REDIS_URL"]
+
+            call_command("migrate", interactive=False, verbosity=0)
+            password = _create_first_admin()
+            call_command("collectstatic", interactive=False, verbosity=0)
+            connections.close_all()
+
+            supervisor.env = {
+                **os.environ,
+                "DJANGO_SETTINGS_MODULE": os.environ.get(
+                    "DJANGO_SETTINGS_MODULE", "fleet.settings"
+                ),
+                "TANDEM_DATA_DIR": str(settings.DATA_DIR),
+                "REDIS_URL": settings.REDIS_URL,
+                "PYTHONUNBUFFERED": "1",
+            }
+            specs = launcher.children(settings, host=host, port=port)
+            for spec in specs:
+                if supervisor.stop_requested:
+                    break
+                supervisor.start(spec)
+            for spec in specs:
+                if spec.ready_url and not supervisor.stop_requested:
+                    supervisor.wait_ready(spec)
+
+            if not supervisor.stop_requested:
+                self._announce(host, port, password)
+                supervisor.watch()
+        except launcher.ChildFailed as exc:
+            self.stderr.write(self.style.ERROR(f"\n!!! {exc}: stopping everything\n"))
+            exit_code = 1
+        finally:
+            self._say("\nStopping Tandem...")
+            supervisor.stop_all()
+            if redis_server:
+                self._say(f"  stopping redis   pid {redis_server.process.pid}")
+                redis_server.stop()
+            self._say("Stopped.")
+        if exit_code:
+            sys.exit(exit_code)
+
+    def _say(self, line: str) -> None:
+        self.stdout.write(line)
+        self.stdout.flush()
+
+    def _announce(self, host: str, port: int, password: str | None) -> None:
+        shown = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+        if ":" in shown:
+            shown = f"[{shown}]"
+        url = f"http://{shown}:{port}/"
+        lines = ["", self.style.SUCCESS(f"Tandem is running at {url}")]
+        lines.append(f"  API docs: {url}api/v1/docs/")
+        if password:
+            lines += [
+                "",
+                self.style.WARNING("  First run: an admin account was created. Its password is"),
+                self.style.WARNING("  shown this once and stored nowhere in plain text:"),
+                f"    username: {ADMIN_USERNAME}",
+                f"    password: {password}",
+            ]
+        lines += ["", "Press Ctrl-C to stop.", ""]
+        self._say("\n".join(lines))
