@@ -8,6 +8,7 @@ from fleet.health import healthz
 api_v1 = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
+    path("", include("fleet.nodes.urls_api")),
 ]
 
 urlpatterns = [
@@ -16,5 +17,6 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/v1/", include(api_v1)),
+    path("nodes/", include("fleet.nodes.urls")),
     path("", include("fleet.console.urls")),
 ]

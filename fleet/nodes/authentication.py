@@ -70,3 +70,16 @@ class NodeTokenScheme(OpenApiAuthenticationExtension):
 
     def get_security_definition(self, auto_schema):
         return {"type": "http", "scheme": "bearer", "bearerFormat": "tdn_<prefix>_<secret>"}
+
+
+class ApiKeyScheme(OpenApiAuthenticationExtension):
+    """Schema entry for the accounts app's API keys. It belongs next to
+    ApiKeyAuthentication in fleet/accounts/authentication.py (move it there when that file
+    gets one; two extensions for one class are harmless: the highest priority wins)."""
+
+    target_class = "fleet.accounts.authentication.ApiKeyAuthentication"
+    name = "apiKey"
+    priority = -1
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "bearer", "bearerFormat": "tdm_<prefix>_<secret>"}

@@ -1,0 +1,235 @@
+"""API shapes of the node registry: profiles, nodes, tokens, heartbeats and telemetry."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from rest_framework import serializers
+
+from fleet.nodes.choices import NodeRole, PowerSource
+from fleet.nodes.models import HardwareProfile, Node, NodeToken
+from fleet.nodes.validators import (
+    MAX_LABEL_VALUE,
+    normalize_roles,
+    validate_device_info,
+    validate_labels,
+)
+
+MAX_POSITIONS = 64
+MAX_HIST_BUCKETS = 256
+
+
+class ProfileSerializer(serializers.ModelSerializer):
+    sources = serializers.DictField(
+        child=serializers.CharField(max_length=500),
+        required=False,
+        help_text="Public source of each figure, keyed by field name.",
+    )
+
+    class Meta:
+        model = HardwareProfile
+        fields = [
+            "id",
+            "slug",
+            "kind",
+            "vendor",
+            "model",
+            "memory_gb",
+            "memory_bandwidth_gbs",
+            "peak_bf16_tflops",
+            "tdp_w",
+            "idle_w",
+            "list_price_usd",
+            "usd_per_hour",
+            "sources",
+            "notes",
+        ]
+
+
+class RolesField(serializers.ListField):
+    child = serializers.ChoiceField(choices=NodeRole.choices)
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("allow_empty", False)
+        kwargs.setdefault("max_length", len(NodeRole.values))
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data):
+        return normalize_roles(super().to_internal_value(data))
+
+
+class LabelsField(serializers.DictField):
+    child = serializers.CharField(max_length=MAX_LABEL_VALUE, allow_blank=True)
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("validators", [validate_labels])
+        super().__init__(**kwargs)
+
+
+class NodeSerializer(serializers.ModelSerializer):
+    profile = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    profile_kind = serializers.CharField(source="profile.kind", read_only=True)
+    roles = RolesField(read_only=True)
+    labels = LabelsField(read_only=True)
+    is_lost = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Node
+        fields = [
+            "id",
+            "name",
+            "profile",
+            "profile_kind",
+            "roles",
+            "state",
+            "labels",
+            "address",
+            "agent_version",
+            "device_info",
+            "last_seen",
+            "is_lost",
+            "simulated",
+            "version",
+            "created",
+            "updated",
+        ]
+        read_only_fields = fields
+
+    def get_is_lost(self, node: Node) -> bool:
+        return node.is_lost()
+
+
+class NodeCreateSerializer(serializers.ModelSerializer):
+    profile = serializers.SlugRelatedField(
+        slug_field="slug", queryset=HardwareProfile.objects.all()
+    )
+    roles = RolesField()
+    labels = LabelsField(required=False)
+
+    class Meta:
+        model = Node
+        fields = ["name", "profile", "roles", "labels", "address", "simulated"]
+
+
+class NodeUpdateSerializer(NodeCreateSerializer):
+    version = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        help_text="The version you read; a stale one is refused with 409 (or send If-Match).",
+    )
+
+    class Meta(NodeCreateSerializer.Meta):
+        fields = [*NodeCreateSerializer.Meta.fields, "version"]
+
+
+class NodeRegisteredSerializer(NodeSerializer):
+    token = serializers.CharField(
+        read_only=True, help_text="The node token. Shown once: store it now."
+    )
+
+    class Meta(NodeSerializer.Meta):
+        fields = [*NodeSerializer.Meta.fields, "token"]
+        read_only_fields = fields
+
+
+class NodeTokenSerializer(serializers.ModelSerializer):
+    active = serializers.BooleanField(read_only=True)
+
+    class Meta:
+        model = NodeToken
+        fields = ["prefix", "created", "revoked_at", "active"]
+        read_only_fields = fields
+
+
+class NodeTokenIssuedSerializer(NodeTokenSerializer):
+    token = serializers.CharField(read_only=True, help_text="Shown once: store it now.")
+
+    class Meta(NodeTokenSerializer.Meta):
+        fields = [*NodeTokenSerializer.Meta.fields, "token"]
+        read_only_fields = fields
+
+
+class TokensRevokedSerializer(serializers.Serializer):
+    revoked = serializers.IntegerField(help_text="How many active tokens were revoked.")
+
+
+def _count(**kwargs):
+    return serializers.IntegerField(min_value=0, required=False, default=0, **kwargs)
+
+
+def _seconds(**kwargs):
+    return serializers.FloatField(min_value=0, required=False, allow_null=True, **kwargs)
+
+
+class TelemetrySerializer(serializers.Serializer):
+    """Counters of one interval (deltas since the previous heartbeat), as vLLM counts them."""
+
+    interval_s = serializers.FloatField(min_value=0.001, max_value=3600)
+    num_drafts = _count()
+    num_draft_tokens = _count()
+    num_accepted_tokens = _count()
+    num_accepted_tokens_per_pos = serializers.ListField(
+        child=serializers.IntegerField(min_value=0),
+        max_length=MAX_POSITIONS,
+        required=False,
+        default=list,
+    )
+    verify_batch_size_hist = serializers.DictField(
+        child=serializers.IntegerField(min_value=0),
+        required=False,
+        default=dict,
+        help_text="Batch size (as a string key) -> number of verification passes.",
+    )
+    draft_step_s = _seconds(help_text="Mean seconds per draft step in the interval")
+    verify_step_s = _seconds(help_text="Mean seconds per verification pass in the interval")
+    tokens_generated = _count()
+    queue_depth = _count()
+    power_w = serializers.FloatField(min_value=0, required=False, allow_null=True)
+    power_source = serializers.ChoiceField(choices=PowerSource.choices, required=False)
+    energy_j = serializers.FloatField(min_value=0, required=False, allow_null=True)
+    utilization = serializers.FloatField(min_value=0, max_value=1, required=False, allow_null=True)
+
+    def validate_verify_batch_size_hist(self, value):
+        if len(value) > MAX_HIST_BUCKETS:
+            raise serializers.ValidationError(f"At most {MAX_HIST_BUCKETS} buckets.")
+        for key in value:
+            if not str(key).isdigit() or int(key) < 1:
+                raise serializers.ValidationError(f"Bucket {key!r} is not a batch size >= 1.")
+        return value
+
+    def validate(self, data):
+        errors = {}
+        if data.get("num_accepted_tokens", 0) > data.get("num_draft_tokens", 0):
+            errors["num_accepted_tokens"] = ["Cannot exceed num_draft_tokens."]
+        per_pos = data.get("num_accepted_tokens_per_pos") or []
+        if per_pos and sum(per_pos) != data.get("num_accepted_tokens", 0):
+            errors["num_accepted_tokens_per_pos"] = ["Must sum to num_accepted_tokens."]
+        has_power = data.get("power_w") is not None or data.get("energy_j") is not None
+        if has_power and not data.get("power_source"):
+            errors["power_source"] = ["Say whether power is measured or modeled."]
+        if errors:
+            raise serializers.ValidationError(errors)
+        return data
+
+
+class HeartbeatSerializer(serializers.Serializer):
+    agent_version = serializers.CharField(max_length=64, required=False, allow_blank=True)
+    device_info = serializers.DictField(
+        required=False,
+        validators=[validate_device_info],
+        help_text="What the agent found: torch/NVML device name, memory, driver, ...",
+    )
+    address = serializers.CharField(max_length=255, required=False, allow_blank=True)
+    telemetry = TelemetrySerializer(required=False, allow_null=True)
+
+
+class HeartbeatReplySerializer(serializers.Serializer):
+    """What the node should be doing: a small hook the agent polls with each heartbeat."""
+
+    node = serializers.IntegerField(source="pk")
+    state = serializers.CharField()
+    roles = serializers.ListField(child=serializers.CharField())
+    config_version = serializers.IntegerField(source="version")
+    heartbeat_period_s = serializers.SerializerMethodField()
+
+    def get_heartbeat_period_s(self, node) -> int:
+        return settings.HEARTBEAT_PERIOD_S

@@ -1,0 +1,13 @@
+"""Node pages, included under /nodes/."""
+
+from django.urls import path
+
+from fleet.nodes import views
+
+app_name = "nodes"
+
+urlpatterns = [
+    path("", views.node_list, name="list"),
+    path("register", views.node_register, name="register"),
+    path("<int:pk>/", views.node_detail, name="detail"),
+]

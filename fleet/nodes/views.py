@@ -1,0 +1,69 @@
+"""Node pages: list, register (admin; shows the token once), detail. Login required; the
+policy is the same `can()` the API uses."""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.paginator import Paginator
+from django.shortcuts import get_object_or_404, render
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_http_methods
+
+from fleet.accounts.access import can
+from fleet.nodes import selectors, services
+from fleet.nodes.forms import NodeListFilterForm, NodeRegisterForm
+
+PAGE_SIZE = 50
+
+
+def _require(request, action: str) -> None:
+    if not can(request.user, action):
+        raise PermissionDenied
+
+
+@login_required
+def node_list(request):
+    _require(request, "view")
+    form = NodeListFilterForm(request.GET or None)
+    filters = form.cleaned_data if form.is_valid() else {}
+    nodes = selectors.node_list(
+        states=[filters["state"]] if filters.get("state") else None,
+        role=filters.get("role") or None,
+    )
+    page = Paginator(nodes, PAGE_SIZE).get_page(request.GET.get("page"))
+    return render(
+        request,
+        "nodes/node_list.html",
+        {"page": page, "nodes": page.object_list, "filter_form": form},
+    )
+
+
+@never_cache
+@login_required
+@require_http_methods(["GET", "POST"])
+def node_register(request):
+    _require(request, "administer")
+    form = NodeRegisterForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            node, token = services.node_register(**form.cleaned_data, actor=request.user)
+        except ValidationError as exc:
+            form.add_error(None, exc)
+        else:
+            # Rendered, not redirected: the plain token exists only in this response.
+            return render(request, "nodes/node_registered.html", {"node": node, "token": token})
+    return render(request, "nodes/node_register.html", {"form": form})
+
+
+@login_required
+def node_detail(request, pk: int):
+    _require(request, "view")
+    node = get_object_or_404(selectors.node_queryset(), pk=pk)
+    telemetry = selectors.node_telemetry(node=node)
+    tokens = selectors.node_tokens(node=node) if can(request.user, "administer") else None
+    return render(
+        request,
+        "nodes/node_detail.html",
+        {"node": node, "telemetry": telemetry, "tokens": tokens},
+    )
