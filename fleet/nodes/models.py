@@ -37,9 +37,9 @@ class IllegalTransition(Exception):
     code = "illegal_transition"
 
     def __init__(self, node: Node, to: str):
-        self.current, self.to = node.state, to
+        self.current, self.to = str(node.state), str(to)
         super().__init__(
-            f"Node {node.name!r} cannot go from {node.state!r} to {to!r}"
+            f"Node {node.name!r} cannot go from {self.current!r} to {self.to!r}"
             + (" (retired is final)." if node.state in TERMINAL_STATES else ".")
         )
 

@@ -47,6 +47,15 @@ def _save(node: Node) -> Node:
     return node
 
 
+def _normalized(roles):
+    """Sorted unique roles when valid; invalid ones are left for full_clean() to report
+    against the `roles` field."""
+    try:
+        return normalize_roles(roles)
+    except ValidationError:
+        return roles
+
+
 def _issue_token(node: Node) -> str:
     plain, prefix, token_hash = new_secret("tdn")
     NodeToken.objects.create(node=node, prefix=prefix, token_hash=token_hash)
@@ -69,7 +78,7 @@ def node_register(
     node = Node(
         name=name,
         profile=profile,
-        roles=normalize_roles(roles),
+        roles=_normalized(roles),
         labels=labels or {},
         address=address,
         simulated=simulated,
@@ -88,7 +97,7 @@ def node_update(*, node: Node, expected_version: int | None = None, actor=None, 
     node = _locked(node)
     node.check_version(expected_version)
     if "roles" in changes:
-        changes["roles"] = normalize_roles(changes["roles"])
+        changes["roles"] = _normalized(changes["roles"])
     changed = {k: v for k, v in changes.items() if getattr(node, k) != v}
     if changed:
         for field, value in changed.items():
