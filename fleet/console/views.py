@@ -4,10 +4,22 @@ from django.contrib.auth.decorators import login_required
 from django.shortcuts import render
 
 SECTIONS = [
-    ("Fleet", "/nodes/", "Register drafter and verifier nodes, watch liveness and hand out tokens."),
-    ("Pipelines", "/pipelines/", "Pair a target with its drafts, set k and batch caps, rebalance live."),
+    (
+        "Fleet",
+        "/nodes/",
+        "Register drafter and verifier nodes, watch liveness and hand out tokens.",
+    ),
+    (
+        "Pipelines",
+        "/pipelines/",
+        "Pair a target with its drafts, set k and batch caps, rebalance live.",
+    ),
     ("Wall", "/wall/", "The read-only monitoring wall: acceptance, goodput and power at a glance."),
-    ("Planner", "/planner/", "Predict tokens/s, latency and tokens per joule before you change a thing."),
+    (
+        "Planner",
+        "/planner/",
+        "Predict tokens/s, latency and tokens per joule before you change a thing.",
+    ),
     ("API", "/api/v1/docs/", "The REST admin API and its OpenAPI schema, for automation."),
 ]
 
