@@ -131,8 +131,8 @@ class Supervisor:
 
     # --- signals ----------------------------------------------------------------------------
     def install_signal_handlers(self) -> None:
-        signal.signal(signal.SIGINT, self._on_signal)
-        signal.signal(signal.SIGTERM, self._on_signal)
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # HUP: terminal closed
+            signal.signal(signum, self._on_signal)
 
     def _on_signal(self, signum, frame) -> None:
         if self.stop_requested:

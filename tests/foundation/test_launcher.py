@@ -1,6 +1,7 @@
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.core.management import CommandError, call_command
 
 from fleet.accounts.access import Role, role_of
 from fleet.console.management.commands.up import _create_first_admin
@@ -88,6 +90,16 @@ def test_stop_kills_the_whole_group_after_the_timeout(tmp_path):
             break
         time.sleep(0.1)
     assert not _alive(grandchild)
+
+
+def test_up_refuses_a_port_that_is_taken(monkeypatch):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        monkeypatch.setenv("TANDEM_PORT", str(port))
+        with pytest.raises(CommandError, match=f"cannot listen on 127.0.0.1:{port}.*TANDEM_PORT"):
+            call_command("up")
 
 
 def test_first_admin_is_created_once_with_a_hashed_password(db):
