@@ -9,7 +9,6 @@ from django.conf import settings
 from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models.constants import LOOKUP_SEP
-from django.db.models.fields.json import KT
 from django.utils import timezone
 
 from fleet.nodes.choices import (
@@ -97,8 +96,7 @@ class NodeQuerySet(models.QuerySet):
         """Nodes whose label `key` equals `value` (chainable for several labels)."""
         if LOOKUP_SEP in key:  # never a valid label key; would be read as a lookup path
             return self.none()
-        alias = f"_label_{len(self.query.annotations)}"
-        return self.alias(**{alias: KT(f"labels__{key}")}).filter(**{alias: value})
+        return self.filter(**{f"labels__{key}": value})
 
     def not_retired(self):
         return self.exclude(state=NodeState.RETIRED)

@@ -57,8 +57,17 @@ class RolesField(serializers.ListField):
         return normalize_roles(super().to_internal_value(data))
 
 
+class StrictCharField(serializers.CharField):
+    """A string, not something that can be turned into one (labels are str -> str)."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 class LabelsField(serializers.DictField):
-    child = serializers.CharField(max_length=MAX_LABEL_VALUE, allow_blank=True)
+    child = StrictCharField(max_length=MAX_LABEL_VALUE, allow_blank=True)
 
     def __init__(self, **kwargs):
         kwargs.setdefault("validators", [validate_labels])
