@@ -43,8 +43,8 @@ def _pids_with_env(marker: str) -> list[int]:
 
 def test_children_are_the_control_worker_then_the_web_server(settings):
     specs = children(settings, host="127.0.0.1", port=8123)
-    assert [s.name for s in specs] == ["worker", "web"]
-    worker, web = specs
+    worker, web = specs[0], specs[-1]  # factories in CHILD_FACTORIES come in between
+    assert (worker.name, web.name) == ("worker", "web")
     assert "--queues=control" in worker.argv
     assert web.argv[-1] == "fleet.asgi:application"
     assert web.ready_url == "http://127.0.0.1:8123/healthz"
@@ -155,8 +155,12 @@ def test_up_starts_everything_and_sigint_leaves_no_orphan(tmp_path):
         up.send_signal(signal.SIGINT)
         assert up.wait(timeout=60) == 0, log.read_text()
     finally:
-        if up.poll() is None:
-            up.kill()
+        if up.poll() is None:  # a failed assertion: still stop what it started
+            up.send_signal(signal.SIGINT)
+            try:
+                up.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                up.kill()
     assert "Stopped." in log.read_text()
     assert not [pid for pid in everything if _alive(pid)]
     assert _pids_with_env(f"TANDEM_DATA_DIR={data_dir}") == []
