@@ -3,87 +3,191 @@
 import django.core.validators
 import django.db.models.deletion
 import django.utils.timezone
-import fleet.pipelines.models
 from django.conf import settings
 from django.db import migrations, models
 
+import fleet.pipelines.models
+
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('nodes', '0002_seed_hardware_profiles'),
+        ("nodes", "0002_seed_hardware_profiles"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Pipeline',
+            name="Pipeline",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.SlugField(max_length=64, unique=True)),
-                ('description', models.CharField(blank=True, max_length=200)),
-                ('target_model', models.CharField(max_length=300)),
-                ('drafter_kind', models.CharField(choices=[('model', 'draft model'), ('ngram', 'n-gram prompt lookup'), ('none', 'none (plain decoding)')], default='model', max_length=10)),
-                ('draft_model', models.CharField(blank=True, max_length=300)),
-                ('k_policy', models.JSONField(default=fleet.pipelines.models.default_k_policy)),
-                ('max_verify_batch', models.PositiveIntegerField(default=32, validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(1024)])),
-                ('max_batch_wait_ms', models.PositiveIntegerField(default=5, validators=[django.core.validators.MaxValueValidator(1000)])),
-                ('slo_itl_p99_ms', models.FloatField(blank=True, null=True)),
-                ('slo_ttft_p99_ms', models.FloatField(blank=True, null=True)),
-                ('power_budget_w', models.FloatField(blank=True, null=True)),
-                ('auto_mode', models.BooleanField(default=False)),
-                ('auto_bounds', models.JSONField(blank=True, default=dict)),
-                ('simulated', models.BooleanField(default=False)),
-                ('version', models.PositiveIntegerField(default=1)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.SlugField(max_length=64, unique=True)),
+                ("description", models.CharField(blank=True, max_length=200)),
+                ("target_model", models.CharField(max_length=300)),
+                (
+                    "drafter_kind",
+                    models.CharField(
+                        choices=[
+                            ("model", "draft model"),
+                            ("ngram", "n-gram prompt lookup"),
+                            ("none", "none (plain decoding)"),
+                        ],
+                        default="model",
+                        max_length=10,
+                    ),
+                ),
+                ("draft_model", models.CharField(blank=True, max_length=300)),
+                ("k_policy", models.JSONField(default=fleet.pipelines.models.default_k_policy)),
+                (
+                    "max_verify_batch",
+                    models.PositiveIntegerField(
+                        default=32,
+                        validators=[
+                            django.core.validators.MinValueValidator(1),
+                            django.core.validators.MaxValueValidator(1024),
+                        ],
+                    ),
+                ),
+                (
+                    "max_batch_wait_ms",
+                    models.PositiveIntegerField(
+                        default=5, validators=[django.core.validators.MaxValueValidator(1000)]
+                    ),
+                ),
+                ("slo_itl_p99_ms", models.FloatField(blank=True, null=True)),
+                ("slo_ttft_p99_ms", models.FloatField(blank=True, null=True)),
+                ("power_budget_w", models.FloatField(blank=True, null=True)),
+                ("auto_mode", models.BooleanField(default=False)),
+                ("auto_bounds", models.JSONField(blank=True, default=dict)),
+                ("simulated", models.BooleanField(default=False)),
+                ("version", models.PositiveIntegerField(default=1)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='AuditEvent',
+            name="AuditEvent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('actor_label', models.CharField(max_length=150)),
-                ('action', models.CharField(max_length=50)),
-                ('before', models.JSONField(blank=True, default=dict)),
-                ('after', models.JSONField(blank=True, default=dict)),
-                ('reason', models.TextField(blank=True)),
-                ('created_at', models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
-                ('actor', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
-                ('node', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='audit_events', to='nodes.node')),
-                ('pipeline', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='audit_events', to='pipelines.pipeline')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("actor_label", models.CharField(max_length=150)),
+                ("action", models.CharField(max_length=50)),
+                ("before", models.JSONField(blank=True, default=dict)),
+                ("after", models.JSONField(blank=True, default=dict)),
+                ("reason", models.TextField(blank=True)),
+                (
+                    "created_at",
+                    models.DateTimeField(db_index=True, default=django.utils.timezone.now),
+                ),
+                (
+                    "actor",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "node",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="audit_events",
+                        to="nodes.node",
+                    ),
+                ),
+                (
+                    "pipeline",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="audit_events",
+                        to="pipelines.pipeline",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='Placement',
+            name="Placement",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('role', models.CharField(choices=[('draft', 'drafter'), ('verify', 'verifier')], max_length=10)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('node', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='placement', to='nodes.node')),
-                ('pipeline', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='placements', to='pipelines.pipeline')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "role",
+                    models.CharField(
+                        choices=[("draft", "drafter"), ("verify", "verifier")], max_length=10
+                    ),
+                ),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "node",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="placement",
+                        to="nodes.node",
+                    ),
+                ),
+                (
+                    "pipeline",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="placements",
+                        to="pipelines.pipeline",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='PipelineRevision',
+            name="PipelineRevision",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('version', models.PositiveIntegerField()),
-                ('config', models.JSONField()),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('pipeline', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='revisions', to='pipelines.pipeline')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("version", models.PositiveIntegerField()),
+                ("config", models.JSONField()),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "pipeline",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="revisions",
+                        to="pipelines.pipeline",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-version'],
-                'constraints': [models.UniqueConstraint(fields=('pipeline', 'version'), name='unique_pipeline_version')],
+                "ordering": ["-version"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("pipeline", "version"), name="unique_pipeline_version"
+                    )
+                ],
             },
         ),
     ]

@@ -1,0 +1,313 @@
+"""REST: /api/v1/pipelines (CRUD for the configuration) and one small view per action.
+
+Reads need "view"; writes "operate" (RolePermission). Writes take the version the client
+read (`version` in the body, or an If-Match header) and answer 409 when it is stale.
+"""
+
+from __future__ import annotations
+
+from django.shortcuts import get_object_or_404
+from rest_framework import generics, serializers, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from fleet.pipelines import selectors, services
+from fleet.pipelines.models import AuditEvent, DrafterKind, Pipeline, PipelineRevision, Placement
+
+
+class PlacementSerializer(serializers.ModelSerializer):
+    node_name = serializers.CharField(source="node.name", read_only=True)
+    node_state = serializers.CharField(source="node.state", read_only=True)
+    profile = serializers.CharField(source="node.profile.slug", read_only=True)
+    simulated = serializers.BooleanField(source="node.simulated", read_only=True)
+
+    class Meta:
+        model = Placement
+        fields = ["node", "node_name", "node_state", "profile", "simulated", "role", "created_at"]
+
+
+class PipelineSerializer(serializers.ModelSerializer):
+    placements = PlacementSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = Pipeline
+        fields = [
+            "id",
+            "name",
+            "description",
+            "target_model",
+            "drafter_kind",
+            "draft_model",
+            "k_policy",
+            "max_verify_batch",
+            "max_batch_wait_ms",
+            "slo_itl_p99_ms",
+            "slo_ttft_p99_ms",
+            "power_budget_w",
+            "auto_mode",
+            "auto_bounds",
+            "simulated",
+            "version",
+            "created_at",
+            "updated_at",
+            "placements",
+        ]
+        read_only_fields = ["id", "version", "created_at", "updated_at", "placements"]
+
+
+class PipelineWriteSerializer(serializers.Serializer):
+    """Shape checks only; the service validates meaning (policy, compatibility, budget)."""
+
+    name = serializers.SlugField(max_length=64, required=False)
+    description = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    target_model = serializers.CharField(max_length=300, required=False)
+    drafter_kind = serializers.ChoiceField(DrafterKind.choices, required=False)
+    draft_model = serializers.CharField(max_length=300, required=False, allow_blank=True)
+    k_policy = serializers.JSONField(required=False)
+    max_verify_batch = serializers.IntegerField(min_value=1, max_value=1024, required=False)
+    max_batch_wait_ms = serializers.IntegerField(min_value=0, max_value=1000, required=False)
+    slo_itl_p99_ms = serializers.FloatField(min_value=0.001, required=False, allow_null=True)
+    slo_ttft_p99_ms = serializers.FloatField(min_value=0.001, required=False, allow_null=True)
+    power_budget_w = serializers.FloatField(min_value=0.001, required=False, allow_null=True)
+    auto_mode = serializers.BooleanField(required=False)
+    auto_bounds = serializers.JSONField(required=False)
+    simulated = serializers.BooleanField(required=False)
+    version = serializers.IntegerField(min_value=1, required=False)
+    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True)
+
+
+class RevisionSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = PipelineRevision
+        fields = ["version", "config", "created_at"]
+
+
+class AuditEventSerializer(serializers.ModelSerializer):
+    node_name = serializers.CharField(source="node.name", read_only=True, default=None)
+
+    class Meta:
+        model = AuditEvent
+        fields = [
+            "id",
+            "actor_label",
+            "action",
+            "pipeline",
+            "node",
+            "node_name",
+            "before",
+            "after",
+            "reason",
+            "created_at",
+        ]
+
+
+def expected_version(request, data: dict) -> int | None:
+    """The version the client read: body `version`, else an If-Match header ("3" or W/"3")."""
+    if data.get("version") is not None:
+        return int(data["version"])
+    header = request.headers.get("If-Match", "").strip()
+    if header and header != "*":
+        value = header.removeprefix("W/").strip('"')
+        if not value.isdigit():
+            raise serializers.ValidationError({"If-Match": "must be the pipeline version"})
+        return int(value)
+    return None
+
+
+def _detail(pipeline: Pipeline, code=status.HTTP_200_OK) -> Response:
+    pipeline = selectors.pipeline_get(pk=pipeline.pk)
+    response = Response(PipelineSerializer(pipeline).data, status=code)
+    response["ETag"] = f'"{pipeline.version}"'
+    return response
+
+
+class PipelineList(generics.ListCreateAPIView):
+    serializer_class = PipelineSerializer
+    filterset_fields = ["simulated", "auto_mode"]
+    ordering_fields = ["name", "created_at"]
+
+    def get_queryset(self):
+        return selectors.pipeline_list()
+
+    def create(self, request, *args, **kwargs):
+        write = PipelineWriteSerializer(data=request.data)
+        write.is_valid(raise_exception=True)
+        data = dict(write.validated_data)
+        data.pop("version", None)
+        reason = data.pop("reason", "")
+        missing = [f for f in ("name", "target_model") if f not in data]
+        if missing:
+            raise serializers.ValidationError({f: ["This field is required."] for f in missing})
+        pipeline = services.pipeline_create(actor=request.user, reason=reason, **data)
+        return _detail(pipeline, status.HTTP_201_CREATED)
+
+
+class PipelineDetail(generics.RetrieveUpdateAPIView):
+    serializer_class = PipelineSerializer
+    http_method_names = ["get", "patch", "head", "options"]
+
+    def get_queryset(self):
+        return selectors.pipeline_list()
+
+    def retrieve(self, request, *args, **kwargs):
+        return _detail(self.get_object())
+
+    def partial_update(self, request, *args, **kwargs):
+        pipeline = self.get_object()
+        write = PipelineWriteSerializer(data=request.data, partial=True)
+        write.is_valid(raise_exception=True)
+        data = dict(write.validated_data)
+        version = expected_version(request, data)
+        data.pop("version", None)
+        reason = data.pop("reason", "")
+        if "name" in data or "simulated" in data:
+            raise serializers.ValidationError({"name": "name and simulated cannot change"})
+        pipeline = services.pipeline_update(
+            pipeline_id=pipeline.pk,
+            actor=request.user,
+            changes=data,
+            expected_version=version,
+            reason=reason,
+        )
+        return _detail(pipeline)
+
+
+class RevisionList(generics.ListAPIView):
+    serializer_class = RevisionSerializer
+
+    def get_queryset(self):
+        pipeline = get_object_or_404(Pipeline, pk=self.kwargs["pk"])
+        return selectors.revisions(pipeline=pipeline)
+
+
+class AuditList(generics.ListAPIView):
+    serializer_class = AuditEventSerializer
+
+    def get_queryset(self):
+        pipeline = get_object_or_404(Pipeline, pk=self.kwargs["pk"])
+        return selectors.audit_events(pipeline=pipeline)
+
+
+# --- actions ---------------------------------------------------------------------------------
+
+
+class ActionInput(serializers.Serializer):
+    version = serializers.IntegerField(min_value=1, required=False)
+    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+    force = serializers.BooleanField(required=False, default=False)
+
+
+class PlaceInput(ActionInput):
+    node = serializers.IntegerField(min_value=1)
+    role = serializers.ChoiceField(["draft", "verify"])
+
+
+class MoveInput(ActionInput):
+    to_pipeline = serializers.IntegerField(min_value=1)
+    role = serializers.ChoiceField(["draft", "verify"], required=False)
+
+
+class KPolicyInput(ActionInput):
+    k_policy = serializers.JSONField()
+
+
+class BatchCapsInput(ActionInput):
+    max_verify_batch = serializers.IntegerField(min_value=1, max_value=1024, required=False)
+    max_batch_wait_ms = serializers.IntegerField(min_value=0, max_value=1000, required=False)
+
+
+class SwapDraftInput(ActionInput):
+    drafter_kind = serializers.ChoiceField(DrafterKind.choices, default=DrafterKind.MODEL)
+    draft_model = serializers.CharField(
+        max_length=300, required=False, allow_blank=True, default=""
+    )
+
+
+class RollbackInput(ActionInput):
+    to_version = serializers.IntegerField(min_value=1)
+
+
+class _Action(APIView):
+    """POST only; parses `input_class`, calls `act`, answers the pipeline's new state."""
+
+    input_class = ActionInput
+    http_method_names = ["post", "options"]
+
+    def post(self, request, pk: int, node_id: int | None = None):
+        pipeline = get_object_or_404(Pipeline, pk=pk)
+        if node_id is not None:
+            get_object_or_404(Placement, pipeline=pipeline, node_id=node_id)
+        data = self.input_class(data=request.data)
+        data.is_valid(raise_exception=True)
+        args = dict(data.validated_data)
+        args["expected_version"] = expected_version(request, args)
+        args.pop("version", None)
+        result = self.act(request=request, pipeline=pipeline, node_id=node_id, **args)
+        return _detail(result if isinstance(result, Pipeline) else pipeline)
+
+
+class Place(_Action):
+    input_class = PlaceInput
+
+    def act(self, *, request, pipeline, node_id, node, role, **kw):
+        return services.node_place(
+            pipeline_id=pipeline.pk, node_id=node, role=role, actor=request.user, **kw
+        )
+
+
+class Move(_Action):
+    input_class = MoveInput
+
+    def act(self, *, request, pipeline, node_id, to_pipeline, role=None, **kw):
+        get_object_or_404(Pipeline, pk=to_pipeline)
+        services.node_move(
+            node_id=node_id, to_pipeline_id=to_pipeline, role=role, actor=request.user, **kw
+        )
+        return Pipeline.objects.get(pk=to_pipeline)
+
+
+class Unplace(_Action):
+    def act(self, *, request, pipeline, node_id, **kw):
+        services.node_unplace(node_id=node_id, actor=request.user, **kw)
+
+
+class Drain(_Action):
+    def act(self, *, request, pipeline, node_id, **kw):
+        services.node_drain(node_id=node_id, actor=request.user, **kw)
+
+
+class Return(_Action):
+    def act(self, *, request, pipeline, node_id, force=False, **kw):
+        services.node_return(node_id=node_id, actor=request.user, **kw)
+
+
+class SetKPolicy(_Action):
+    input_class = KPolicyInput
+
+    def act(self, *, request, pipeline, node_id, k_policy, force=False, **kw):
+        return services.pipeline_set_k_policy(
+            pipeline_id=pipeline.pk, actor=request.user, k_policy=k_policy, **kw
+        )
+
+
+class SetBatchCaps(_Action):
+    input_class = BatchCapsInput
+
+    def act(self, *, request, pipeline, node_id, force=False, **kw):
+        return services.pipeline_set_batch_caps(pipeline_id=pipeline.pk, actor=request.user, **kw)
+
+
+class SwapDraft(_Action):
+    input_class = SwapDraftInput
+
+    def act(self, *, request, pipeline, node_id, force=False, **kw):
+        return services.pipeline_swap_draft(pipeline_id=pipeline.pk, actor=request.user, **kw)
+
+
+class Rollback(_Action):
+    input_class = RollbackInput
+
+    def act(self, *, request, pipeline, node_id, to_version, force=False, **kw):
+        return services.pipeline_rollback(
+            pipeline_id=pipeline.pk, actor=request.user, to_version=to_version, **kw
+        )

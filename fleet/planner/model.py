@@ -1,0 +1,366 @@
+"""The performance and cost model of a speculative-decoding pipeline. Pure Python.
+
+A round of one sequence: the drafter runs k draft steps, the verifier scores the k draft
+tokens (plus the pending one) in one forward pass, and E(k) tokens come out on average:
+
+    E(k) = 1 + sum_{i=1..k} P(first i drafts accepted)
+         = (1 - alpha^(k+1)) / (1 - alpha)           for a scalar alpha
+
+Step times come from measured curves when there are any (t(n) = a + x*n, fitted by least
+squares to telemetry: n is the batch size of a draft step, the number of tokens scored by a
+verify step), else from the roofline of the hardware profile: a decode step costs at least
+max(bytes moved / memory bandwidth, flops / peak compute).
+
+A pipeline with V verifiers and D drafters, each verifier running batches of b sequences:
+drafters serve b*V/D sequences each, so
+
+    round(b, k)  = k * t_draft(b*V/D) + t_verify(b*(k+1)) + hop
+    goodput      = V * b * E(k) / round               tokens/s
+    ITL          = round / E(k)                        s per token per sequence
+    power        = sum over nodes of idle + (tdp - idle) * utilization
+    tokens/J     = goodput / power
+
+With k = 0 a round is one plain decoding step on the verifier (no drafter time).
+Every figure this module produces is *modeled*.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+
+HOURS_PER_YEAR = 24 * 365
+
+
+# --- acceptance ------------------------------------------------------------------------------
+
+
+def expected_tokens(
+    k: int, alpha: float | None = None, per_position: Sequence[float] | None = None
+) -> float:
+    """Expected tokens per verification round (accepted drafts + the bonus/correction token).
+
+    `per_position[i]`: measured probability that draft position i (0-based) is accepted,
+    i.e. the first i+1 drafts all accepted (accepted at i / drafts). Positions beyond the
+    measured ones are extrapolated with the alpha of the last two. Else scalar `alpha`:
+    E = (1 - alpha^(k+1)) / (1 - alpha)."""
+    if k <= 0:
+        return 1.0
+    if per_position:
+        probs = [min(max(float(p), 0.0), 1.0) for p in per_position]
+        # cumulative probabilities cannot grow with the position
+        for i in range(1, len(probs)):
+            probs[i] = min(probs[i], probs[i - 1])
+        if len(probs) < k:
+            ratio = alpha if alpha is not None else _tail_ratio(probs)
+            while len(probs) < k:
+                probs.append(probs[-1] * ratio)
+        return 1.0 + sum(probs[:k])
+    if alpha is None:
+        raise ValueError("give alpha or per_position")
+    a = min(max(float(alpha), 0.0), 1.0)
+    if a >= 1.0:
+        return float(k + 1)
+    return (1.0 - a ** (k + 1)) / (1.0 - a)
+
+
+def _tail_ratio(probs: Sequence[float]) -> float:
+    if len(probs) >= 2 and probs[-2] > 0:
+        return min(probs[-1] / probs[-2], 1.0)
+    return probs[0] if probs else 0.0
+
+
+def alpha_from_per_position(per_position: Sequence[float]) -> float:
+    """Pooled ratio of consecutive cumulative acceptances (the telemetry's estimator)."""
+    probs = [float(p) for p in per_position]
+    if not probs:
+        return 0.0
+    num = sum(probs)
+    den = 1.0 + sum(probs[:-1])
+    return min(num / den, 1.0) if den > 0 else 0.0
+
+
+# --- step-time curves ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Curve:
+    """t(n) = a + x*n seconds: n is the batch (draft) or tokens scored (verify)."""
+
+    a: float
+    x: float
+    source: str = "measured"  # measured | roofline
+
+    def __call__(self, n: float) -> float:
+        return self.a + self.x * max(n, 0.0)
+
+
+def fit_linear(points: Iterable[tuple[float, float]], *, source: str = "measured") -> Curve:
+    """Least-squares fit of t = a + x*n to (n, t) points; a and x clamped at >= 0.
+    Optionally weighted: points given as (n, t, weight)."""
+    pts = [(float(p[0]), float(p[1]), float(p[2]) if len(p) > 2 else 1.0) for p in points]
+    if not pts:
+        raise ValueError("no points to fit")
+    sw = sum(w for *_, w in pts)
+    mx = sum(w * n for n, _, w in pts) / sw
+    mt = sum(w * t for _, t, w in pts) / sw
+    sxx = sum(w * (n - mx) ** 2 for n, _, w in pts)
+    if sxx <= 1e-18:  # one batch size only: all of it is fixed cost
+        return Curve(max(mt, 0.0), 0.0, source)
+    x = sum(w * (n - mx) * (t - mt) for n, t, w in pts) / sxx
+    a = mt - x * mx
+    if x < 0:
+        x, a = 0.0, mt
+    if a < 0:
+        # refit through the origin
+        x = sum(w * n * t for n, t, w in pts) / max(sum(w * n * n for n, _, w in pts), 1e-18)
+        a = 0.0
+    return Curve(a, x, source)
+
+
+# --- hardware and models ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Hardware:
+    slug: str
+    memory_bandwidth_gbs: float
+    peak_bf16_tflops: float
+    tdp_w: float
+    idle_w: float
+    memory_gb: float = 0.0
+    usd_per_hour: float | None = None
+    kind: str = "gpu"
+    # Achievable fraction of peak bandwidth / compute (roofline efficiency).
+    bw_efficiency: float = 0.8
+    compute_efficiency: float = 0.6
+    step_overhead_s: float = 20e-6  # launch/sync cost of one step
+
+    @classmethod
+    def from_profile(cls, profile) -> Hardware:
+        return cls(
+            slug=profile.slug,
+            memory_bandwidth_gbs=profile.memory_bandwidth_gbs,
+            peak_bf16_tflops=profile.peak_bf16_tflops,
+            tdp_w=profile.tdp_w,
+            idle_w=profile.idle_w,
+            memory_gb=profile.memory_gb,
+            usd_per_hour=cost_per_hour(profile.usd_per_hour, profile.list_price_usd),
+            kind=profile.kind,
+        )
+
+
+def cost_per_hour(
+    usd_per_hour: float | None, list_price_usd: float | None, years: float = 3.0
+) -> float | None:
+    """Hourly price, or the list price amortized over `years`; None when neither is known."""
+    if usd_per_hour is not None:
+        return float(usd_per_hour)
+    if list_price_usd is not None:
+        return float(list_price_usd) / (years * HOURS_PER_YEAR)
+    return None
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What the roofline needs about a model."""
+
+    name: str
+    params: float  # parameter count
+    n_layers: int = 32
+    kv_dim: int = 1024  # num_kv_heads * head_dim
+    bytes_per_param: float = 2.0
+    context: int = 1024  # mean tokens of context held per sequence
+
+    @property
+    def weight_bytes(self) -> float:
+        return self.params * self.bytes_per_param
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        return 2 * self.n_layers * self.kv_dim * self.bytes_per_param
+
+
+def roofline_step_s(hw: Hardware, model: ModelSpec, *, batch: float, tokens: float) -> float:
+    """One forward step over `batch` sequences scoring `tokens` tokens in all: weights read
+    once, each sequence's KV read once; 2 flops per parameter per token."""
+    bytes_moved = model.weight_bytes + batch * model.context * model.kv_bytes_per_token
+    flops = (
+        2.0 * model.params * tokens + 4.0 * tokens * model.context * model.kv_dim * model.n_layers
+    )
+    t_mem = bytes_moved / (hw.memory_bandwidth_gbs * 1e9 * hw.bw_efficiency)
+    t_compute = flops / (hw.peak_bf16_tflops * 1e12 * hw.compute_efficiency)
+    return max(t_mem, t_compute) + hw.step_overhead_s
+
+
+def roofline_curve(
+    hw: Hardware, model: ModelSpec, *, tokens_per_seq: float = 1.0, max_n: int = 256
+) -> Curve:
+    """A linear curve through the roofline over batch sizes 1..max_n (for display/fit)."""
+    pts = [
+        (n, roofline_step_s(hw, model, batch=n / tokens_per_seq, tokens=n))
+        for n in (1, 4, 16, 64, max_n)
+    ]
+    return fit_linear(pts, source="roofline")
+
+
+# --- the pipeline model ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PipelineModel:
+    """Inputs of a prediction. Measured curves win over the roofline where given."""
+
+    alpha: float | None = 0.7
+    per_position: tuple[float, ...] = ()
+    verifier: Hardware | None = None
+    drafter: Hardware | None = None
+    target: ModelSpec | None = None
+    draft: ModelSpec | None = None
+    verify_curve: Curve | None = None  # t(tokens scored)
+    draft_curve: Curve | None = None  # t(batch)
+    n_verifiers: int = 1
+    n_drafters: int = 1
+    hop_s: float = 0.0  # network/broker time per round (both directions)
+    prompt_tokens: int = 256
+    drafter_kind: str = "model"  # model | ngram | none
+    ngram_step_s: float = 50e-6
+
+    def with_(self, **changes) -> PipelineModel:
+        return replace(self, **changes)
+
+    # step times ----------------------------------------------------------------------------
+    def t_verify(self, batch: float, tokens: float) -> float:
+        if self.verify_curve is not None:
+            return self.verify_curve(tokens)
+        if self.verifier is None or self.target is None:
+            raise ValueError("no verify curve and no verifier hardware/target model")
+        return roofline_step_s(self.verifier, self.target, batch=batch, tokens=tokens)
+
+    def t_draft(self, batch: float) -> float:
+        if self.drafter_kind == "ngram":
+            return self.ngram_step_s
+        if self.draft_curve is not None:
+            return self.draft_curve(batch)
+        if self.drafter is None or self.draft is None:
+            raise ValueError("no draft curve and no drafter hardware/draft model")
+        return roofline_step_s(self.drafter, self.draft, batch=batch, tokens=batch)
+
+    def E(self, k: int) -> float:
+        return expected_tokens(k, self.alpha, self.per_position or None)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    k: int
+    batch: int
+    goodput_tps: float  # tokens/s of the whole pipeline
+    itl_s: float
+    ttft_s: float
+    round_s: float
+    expected_tokens: float
+    power_w: float
+    tokens_per_j: float
+    draft_util: float
+    verify_util: float
+    modeled: bool = True
+    sources: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {
+            "k": self.k,
+            "batch": self.batch,
+            "goodput_tps": round(self.goodput_tps, 3),
+            "itl_ms": round(self.itl_s * 1000, 4),
+            "ttft_ms": round(self.ttft_s * 1000, 3),
+            "round_ms": round(self.round_s * 1000, 4),
+            "expected_tokens": round(self.expected_tokens, 4),
+            "power_w": round(self.power_w, 2),
+            "tokens_per_j": round(self.tokens_per_j, 5),
+            "draft_util": round(self.draft_util, 4),
+            "verify_util": round(self.verify_util, 4),
+            "modeled": True,
+            "sources": self.sources,
+        }
+
+
+def _power(hw: Hardware | None, util: float) -> float:
+    if hw is None:
+        return 0.0
+    return hw.idle_w + (hw.tdp_w - hw.idle_w) * min(max(util, 0.0), 1.0)
+
+
+def predict(m: PipelineModel, *, k: int, batch: int) -> Prediction:
+    """Predicted steady-state figures at verify batch `batch` (sequences per verifier)."""
+    V = max(m.n_verifiers, 0)
+    D = max(m.n_drafters, 0)
+    b = max(int(batch), 1)
+    use_draft = k > 0 and m.drafter_kind != "none" and (D > 0 or m.drafter_kind == "ngram")
+    k = k if use_draft else 0
+    draft_batch = b * V / D if (D > 0 and m.drafter_kind == "model") else b
+    t_d = m.t_draft(draft_batch) if k > 0 else 0.0
+    t_v = m.t_verify(b, b * (k + 1))
+    draft_time = k * t_d
+    round_s = draft_time + t_v + m.hop_s
+    E = m.E(k)
+    goodput = V * b * E / round_s if (V > 0 and round_s > 0) else 0.0
+    itl = round_s / E
+    # TTFT: prefill of one prompt on the verifier (queueing not modeled) + first round.
+    prefill = m.t_verify(1, m.prompt_tokens)
+    ttft = prefill + m.hop_s
+    verify_util = t_v / round_s if round_s else 0.0
+    # each drafter runs V/D groups' draft steps per round
+    draft_util = (
+        min(draft_time * (V / D) / round_s, 1.0)
+        if (D > 0 and k > 0 and m.drafter_kind == "model")
+        else 0.0
+    )
+    power = V * _power(m.verifier, verify_util) + D * _power(m.drafter, draft_util)
+    tpj = goodput / power if power > 0 else 0.0
+    sources = {
+        "verify": m.verify_curve.source if m.verify_curve else "roofline",
+        "draft": (m.draft_curve.source if m.draft_curve else "roofline")
+        if m.drafter_kind == "model"
+        else m.drafter_kind,
+        "alpha": "per-position" if m.per_position else "scalar",
+    }
+    return Prediction(
+        k=k,
+        batch=b,
+        goodput_tps=goodput,
+        itl_s=itl,
+        ttft_s=ttft,
+        round_s=round_s,
+        expected_tokens=E,
+        power_w=power,
+        tokens_per_j=tpj,
+        draft_util=draft_util,
+        verify_util=verify_util,
+        sources=sources,
+    )
+
+
+def cost_per_million_tokens(goodput_tps: float, usd_per_hour_total: float | None) -> float | None:
+    if usd_per_hour_total is None or goodput_tps <= 0:
+        return None
+    return usd_per_hour_total / (goodput_tps * 3600) * 1e6
+
+
+def speedup(alpha: float, k: int, c: float) -> float:
+    """Ideal speedup over plain decoding: S = E / (k*c + 1)."""
+    return expected_tokens(k, alpha) / (k * c + 1)
+
+
+def best_k(
+    m: PipelineModel, *, batch: int, k_max: int = 8, k_min: int = 0, itl_slo_s: float | None = None
+) -> Prediction:
+    """The k in [k_min, k_max] with the highest predicted goodput (within the ITL SLO when
+    one is given and any k meets it)."""
+    preds = [predict(m, k=k, batch=batch) for k in range(k_min, k_max + 1)]
+    ok = [p for p in preds if itl_slo_s is None or p.itl_s <= itl_slo_s] or preds
+    return max(ok, key=lambda p: (round(p.goodput_tps, 9), -p.k))
+
+
+def is_finite(x: float) -> bool:
+    return isinstance(x, int | float) and math.isfinite(x)

@@ -1,0 +1,250 @@
+"""The planner applied to pipelines: recommendations beside the current configuration,
+previews of proposed actions, and `apply` (recorded like any operator action).
+
+Every figure here is modeled; dictionaries carry `"modeled": True` and the sources of
+their inputs (measured telemetry or the hardware roofline).
+"""
+
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError
+
+from fleet.pipelines import services as pipeline_services
+from fleet.pipelines.models import DrafterKind, Pipeline, Placement, PlacementRole
+from fleet.pipelines.policy import PolicyError, validate_policy
+from fleet.pipelines.services import allowed_roles
+from fleet.planner import inputs
+from fleet.planner.model import PipelineModel
+from fleet.planner.recommend import (
+    best_split,
+    difference,
+    k_table,
+    policy_from_table,
+    predict_policy,
+)
+
+
+def _placements(pipeline: Pipeline) -> list[Placement]:
+    return list(pipeline.placements.select_related("node__profile").exclude(node__state="retired"))
+
+
+def operating_batch(pipeline: Pipeline, measured: dict) -> int:
+    b = measured.get("batch_mean")
+    if b:
+        return max(1, min(int(round(b)), pipeline.max_verify_batch))
+    return pipeline.max_verify_batch
+
+
+def _bounds(pipeline: Pipeline) -> tuple[int, int]:
+    bounds = pipeline.auto_bounds or {}
+    return int(bounds.get("k_min", 0)), int(bounds.get("k_max", 8))
+
+
+def _flexible(placements: list[Placement]) -> tuple[list[int], list[int]]:
+    """(drafters that could verify, verifiers that could draft), node ids."""
+    drafters = [
+        p.node_id
+        for p in placements
+        if p.role == PlacementRole.DRAFT and PlacementRole.VERIFY in allowed_roles(p.node)
+    ]
+    verifiers = [
+        p.node_id
+        for p in placements
+        if p.role == PlacementRole.VERIFY and PlacementRole.DRAFT in allowed_roles(p.node)
+    ]
+    return drafters, verifiers
+
+
+def context(pipeline: Pipeline) -> tuple[PipelineModel, dict, list[Placement]]:
+    placements = _placements(pipeline)
+    measured = inputs.measured(pipeline)
+    return (
+        inputs.pipeline_model(pipeline, placements=placements, measured_inputs=measured),
+        measured,
+        placements,
+    )
+
+
+def recommendation(pipeline: Pipeline) -> dict:
+    """Current configuration vs the planner's: k table and drafter:verifier split."""
+    m, measured, placements = context(pipeline)
+    if m.n_verifiers == 0 or m.verifier is None and m.verify_curve is None:
+        return {
+            "pipeline": pipeline.pk,
+            "available": False,
+            "modeled": True,
+            "reason": "the pipeline has no verifier placed: nothing to model",
+        }
+    batch = operating_batch(pipeline, measured)
+    k_min, k_max = _bounds(pipeline)
+    slos = {"itl_slo_ms": pipeline.slo_itl_p99_ms, "ttft_slo_ms": pipeline.slo_ttft_p99_ms}
+    current = predict_policy(m, pipeline.k_policy, batch)
+    table = k_table(m, pipeline.max_verify_batch, k_min=k_min, k_max=k_max, **slos)
+    policy = policy_from_table(table)
+    recommended = predict_policy(m, policy, batch)
+    flex_d, flex_v = _flexible(placements)
+    split, candidates = best_split(
+        m,
+        batch=batch,
+        flexible_drafters=len(flex_d),
+        flexible_verifiers=len(flex_v),
+        power_budget_w=pipeline.power_budget_w,
+        k_max=k_max,
+        needs_drafter=pipeline.drafter_kind == DrafterKind.MODEL,
+        **slos,
+    )
+    return {
+        "pipeline": pipeline.pk,
+        "version": pipeline.version,
+        "available": True,
+        "modeled": True,
+        "sources": inputs.sources_label(m, measured),
+        "inputs": {
+            "alpha": m.alpha,
+            "per_position": list(m.per_position),
+            "batch": batch,
+            "n_verifiers": m.n_verifiers,
+            "n_drafters": m.n_drafters,
+            "verifier": m.verifier.slug if m.verifier else None,
+            "drafter": m.drafter.slug if m.drafter else None,
+            "telemetry_buckets": measured.get("samples", 0),
+        },
+        "current": {"k_policy": pipeline.k_policy, "prediction": current.as_dict()},
+        "k_policy": {
+            "k_policy": policy,
+            "prediction": recommended.as_dict(),
+            "difference": difference(current, recommended),
+            "changes": validate_policy(pipeline.k_policy) != validate_policy(policy),
+        },
+        "split": {
+            "n_verifiers": split.n_verifiers,
+            "n_drafters": split.n_drafters,
+            "within_power_budget": split.within_budget,
+            "prediction": split.prediction.as_dict(),
+            "difference": difference(current, split.prediction),
+            "changes": (split.n_verifiers, split.n_drafters) != (m.n_verifiers, m.n_drafters),
+            "candidates": [
+                {
+                    "n_verifiers": s.n_verifiers,
+                    "n_drafters": s.n_drafters,
+                    "within_power_budget": s.within_budget,
+                    "goodput_tps": round(s.prediction.goodput_tps, 3),
+                    "k": s.prediction.k,
+                    "power_w": round(s.prediction.power_w, 1),
+                }
+                for s in candidates
+            ],
+        },
+    }
+
+
+PREVIEW_ACTIONS = ("set_k_policy", "set_batch_caps", "place", "remove_node", "change_role", "split")
+
+
+def preview(pipeline: Pipeline, action: dict) -> dict:
+    """What the planner predicts before and after a proposed action (nothing is changed)."""
+    kind = action.get("action")
+    if kind not in PREVIEW_ACTIONS:
+        raise ValidationError({"action": f"one of {', '.join(PREVIEW_ACTIONS)}"})
+    m, measured, placements = context(pipeline)
+    batch = operating_batch(pipeline, measured)
+    policy = pipeline.k_policy
+    after_m, after_policy, after_batch = m, policy, batch
+    if kind == "set_k_policy":
+        try:
+            after_policy = validate_policy(action.get("k_policy"))
+        except PolicyError as exc:
+            raise ValidationError({"k_policy": str(exc)}) from exc
+    elif kind == "set_batch_caps":
+        cap = action.get("max_verify_batch")
+        if not isinstance(cap, int) or not 1 <= cap <= 1024:
+            raise ValidationError({"max_verify_batch": "an integer in 1..1024"})
+        after_batch = min(batch, cap) if measured.get("batch_mean") else cap
+    elif kind in ("place", "remove_node", "change_role"):
+        after_m = _after_node_change(m, pipeline, placements, action, kind)
+    elif kind == "split":
+        try:
+            v, d = int(action["n_verifiers"]), int(action["n_drafters"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValidationError({"n_verifiers": "give n_verifiers and n_drafters"}) from exc
+        after_m = m.with_(n_verifiers=v, n_drafters=d)
+    if m.n_verifiers == 0 and after_m.n_verifiers == 0:
+        raise ValidationError(
+            {"action": "the pipeline has no verifier before or after: nothing to model"}
+        )
+    before = predict_policy(m, policy, batch) if m.n_verifiers else None
+    after = predict_policy(after_m, after_policy, after_batch) if after_m.n_verifiers else None
+    return {
+        "pipeline": pipeline.pk,
+        "action": action,
+        "modeled": True,
+        "sources": inputs.sources_label(m, measured),
+        "before": before.as_dict() if before else None,
+        "after": after.as_dict() if after else None,
+        "difference": difference(before, after) if before and after else None,
+    }
+
+
+def _after_node_change(m: PipelineModel, pipeline, placements, action, kind) -> PipelineModel:
+    from fleet.nodes.models import Node
+
+    try:
+        node = Node.objects.select_related("profile").get(pk=int(action.get("node")))
+    except (TypeError, ValueError, Node.DoesNotExist) as exc:
+        raise ValidationError({"node": "no such node"}) from exc
+    placed = next((p for p in placements if p.node_id == node.pk), None)
+    v, d = m.n_verifiers, m.n_drafters
+    if placed is not None:  # it leaves its current role first
+        v, d = (v - 1, d) if placed.role == PlacementRole.VERIFY else (v, d - 1)
+    role = placed.role if (kind == "remove_node" and placed) else action.get("role")
+    if kind in ("place", "change_role"):
+        if role not in PlacementRole.values:
+            raise ValidationError({"role": "draft or verify"})
+        v, d = (v + 1, d) if role == PlacementRole.VERIFY else (v, d + 1)
+    return m.with_(n_verifiers=max(v, 0), n_drafters=max(d, 0))
+
+
+def apply(
+    pipeline: Pipeline, *, what: str, actor, expected_version: int | None = None, reason: str = ""
+) -> dict:
+    """Apply the current recommendation (`what`: "k_policy" or "split") through the same
+    audited, version-checked services as any operator action."""
+    rec = recommendation(pipeline)
+    if not rec["available"]:
+        raise ValidationError({"what": rec["reason"]})
+    why = (
+        reason
+        or f"planner recommendation ({what}), predicted goodput {rec[what if what == 'split' else 'k_policy']['difference']['goodput_pct']}%"
+    )
+    if what == "k_policy":
+        pipeline_services.pipeline_set_k_policy(
+            pipeline_id=pipeline.pk,
+            actor=actor,
+            k_policy=rec["k_policy"]["k_policy"],
+            expected_version=expected_version,
+            reason=why,
+        )
+        return {"applied": "k_policy", "k_policy": rec["k_policy"]["k_policy"]}
+    if what == "split":
+        split = rec["split"]
+        placements = _placements(pipeline)
+        flex_d, flex_v = _flexible(placements)
+        delta = split["n_verifiers"] - rec["inputs"]["n_verifiers"]
+        switch = (
+            [(n, PlacementRole.VERIFY) for n in flex_d[:delta]]
+            if delta > 0
+            else [(n, PlacementRole.DRAFT) for n in flex_v[:-delta]]
+        )
+        version = expected_version
+        for node_id, role in switch:
+            pipeline_services.node_place(
+                pipeline_id=pipeline.pk,
+                node_id=node_id,
+                role=role,
+                actor=actor,
+                expected_version=version,
+                reason=why,
+            )
+            version = None  # our own changes bump the version; the first check is enough
+        return {"applied": "split", "switched": [{"node": n, "role": r} for n, r in switch]}
+    raise ValidationError({"what": "k_policy or split"})

@@ -1,0 +1,217 @@
+"""What-if: the current fleet with a changed mix, predicted before and after (modeled).
+
+Changes (all optional, applied in this order):
+    move_to_verify: N       N GPU drafters become verifiers (in the pipelines that have them)
+    move_to_draft: N        N GPU verifiers become drafters (never a pipeline's last verifier)
+    add_drafters: M, add_drafter_profile: slug      M new drafters, spread over pipelines
+    add_verifiers: M, add_verifier_profile: slug    M new verifiers, spread over pipelines
+    prices: {slug: usd_per_hour}                    prices for profiles that have none
+
+Each pipeline is modeled at its operating batch with its k policy re-optimized (the planner
+would pick the best k for the new mix); its drafter/verifier hardware is the most common
+profile of each role. Fleet figures: tokens/s (sum), tokens/J (tokens/s over watts) and
+$ per million tokens (hourly prices of every node over tokens per hour).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from fleet.nodes.choices import ProfileKind
+from fleet.nodes.models import HardwareProfile
+from fleet.pipelines.models import DrafterKind, Pipeline, PlacementRole
+from fleet.planner import inputs
+from fleet.planner.model import Hardware, PipelineModel, cost_per_million_tokens
+from fleet.planner.recommend import best_k_at
+from fleet.planner.services import operating_batch
+
+
+@dataclass
+class PipelineMix:
+    pipeline_id: int
+    name: str
+    simulated: bool
+    model: PipelineModel
+    batch: int
+    k_max: int
+    verifiers: Counter = field(default_factory=Counter)  # profile slug -> count
+    drafters: Counter = field(default_factory=Counter)
+    gpu_drafters: int = 0  # drafters on GPUs (may verify)
+
+
+def _hw(profiles: dict[str, HardwareProfile], counter: Counter) -> Hardware | None:
+    if not counter:
+        return None
+    slug, _ = counter.most_common(1)[0]
+    return Hardware.from_profile(profiles[slug])
+
+
+def current_fleet(
+    *, include_simulated: bool = True
+) -> tuple[list[PipelineMix], dict[str, HardwareProfile]]:
+    profiles = {p.slug: p for p in HardwareProfile.objects.all()}
+    pipelines = Pipeline.objects.prefetch_related("placements__node__profile")
+    if not include_simulated:
+        pipelines = pipelines.filter(simulated=False)
+    mixes = []
+    for pipeline in pipelines:
+        placements = [p for p in pipeline.placements.all() if p.node.state != "retired"]
+        measured = inputs.measured(pipeline)
+        m = inputs.pipeline_model(pipeline, placements=placements, measured_inputs=measured)
+        mix = PipelineMix(
+            pipeline.pk,
+            pipeline.name,
+            pipeline.simulated,
+            m,
+            operating_batch(pipeline, measured),
+            int((pipeline.auto_bounds or {}).get("k_max", 8)),
+        )
+        for p in placements:
+            (mix.verifiers if p.role == PlacementRole.VERIFY else mix.drafters)[
+                p.node.profile.slug
+            ] += 1
+            if p.role == PlacementRole.DRAFT and p.node.profile.kind == ProfileKind.GPU:
+                mix.gpu_drafters += 1
+        if pipeline.drafter_kind != DrafterKind.MODEL:
+            mix.model = mix.model.with_(drafter_kind=pipeline.drafter_kind)
+        mixes.append(mix)
+    return mixes, profiles
+
+
+def evaluate(
+    mixes: list[PipelineMix], profiles: dict, prices: dict[str, float] | None = None
+) -> dict:
+    prices = prices or {}
+    rows, total_tps, total_w, total_usd, unpriced = [], 0.0, 0.0, 0.0, set()
+    for mix in mixes:
+        v, d = sum(mix.verifiers.values()), sum(mix.drafters.values())
+        m = mix.model.with_(
+            n_verifiers=v,
+            n_drafters=d,
+            verifier=_hw(profiles, mix.verifiers) or mix.model.verifier,
+            drafter=_hw(profiles, mix.drafters) or mix.model.drafter,
+        )
+        usd = 0.0
+        for slug, n in (mix.verifiers + mix.drafters).items():
+            price = prices.get(slug, Hardware.from_profile(profiles[slug]).usd_per_hour)
+            if price is None:
+                unpriced.add(slug)
+            else:
+                usd += price * n
+        if v == 0 or (m.verifier is None and m.verify_curve is None):
+            rows.append(
+                {
+                    "pipeline": mix.pipeline_id,
+                    "name": mix.name,
+                    "simulated": mix.simulated,
+                    "n_verifiers": v,
+                    "n_drafters": d,
+                    "goodput_tps": 0.0,
+                    "power_w": 0.0,
+                    "k": None,
+                }
+            )
+            continue
+        p = best_k_at(m, mix.batch, k_max=mix.k_max)
+        total_tps += p.goodput_tps
+        total_w += p.power_w
+        total_usd += usd
+        rows.append(
+            {
+                "pipeline": mix.pipeline_id,
+                "name": mix.name,
+                "simulated": mix.simulated,
+                "n_verifiers": v,
+                "n_drafters": d,
+                "k": p.k,
+                "batch": mix.batch,
+                "goodput_tps": round(p.goodput_tps, 2),
+                "power_w": round(p.power_w, 1),
+                "tokens_per_j": round(p.tokens_per_j, 5),
+                "itl_ms": round(p.itl_s * 1000, 3),
+            }
+        )
+    usd_per_m = cost_per_million_tokens(total_tps, total_usd) if not unpriced else None
+    return {
+        "modeled": True,
+        "tokens_per_s": round(total_tps, 2),
+        "power_w": round(total_w, 1),
+        "tokens_per_j": round(total_tps / total_w, 5) if total_w else None,
+        "usd_per_hour": round(total_usd, 2),
+        "usd_per_million_tokens": round(usd_per_m, 4) if usd_per_m is not None else None,
+        "unpriced_profiles": sorted(unpriced),
+        "pipelines": rows,
+    }
+
+
+def _spread(mixes: list[PipelineMix], n: int, add) -> None:
+    if not mixes:
+        return
+    for i in range(n):
+        add(mixes[i % len(mixes)])
+
+
+def apply_changes(mixes: list[PipelineMix], profiles: dict, changes: dict) -> list[str]:
+    """Mutates `mixes`; returns notes on what could not be done."""
+    notes = []
+    gpu_slugs = {s for s, p in profiles.items() if p.kind == ProfileKind.GPU}
+    want = int(changes.get("move_to_verify") or 0)
+    for mix in mixes:
+        while want > 0 and mix.gpu_drafters > 0:
+            slug = next(s for s in mix.drafters if s in gpu_slugs and mix.drafters[s] > 0)
+            mix.drafters[slug] -= 1
+            mix.drafters += Counter()  # drop zeros
+            mix.verifiers[slug] += 1
+            mix.gpu_drafters -= 1
+            want -= 1
+    if want > 0:
+        notes.append(
+            f"only {int(changes['move_to_verify']) - want} GPU drafters could move to verification"
+        )
+    want = int(changes.get("move_to_draft") or 0)
+    for mix in mixes:
+        while want > 0 and sum(mix.verifiers.values()) > 1:
+            slug = next((s for s in mix.verifiers if s in gpu_slugs and mix.verifiers[s] > 0), None)
+            if slug is None:
+                break
+            mix.verifiers[slug] -= 1
+            mix.verifiers += Counter()
+            mix.drafters[slug] += 1
+            mix.gpu_drafters += 1
+            want -= 1
+    if want > 0:
+        notes.append(
+            f"only {int(changes['move_to_draft']) - want} GPU verifiers could move to drafting"
+        )
+    for role in ("drafters", "verifiers"):
+        n = int(changes.get(f"add_{role}") or 0)
+        slug = changes.get(f"add_{role[:-1]}_profile")
+        if n <= 0:
+            continue
+        if slug not in profiles:
+            notes.append(f"unknown profile {slug!r} for add_{role}")
+            continue
+        if role == "verifiers" and profiles[slug].kind == ProfileKind.SRAM_ACCELERATOR:
+            notes.append(f"{slug} cannot verify (SRAM accelerators draft only)")
+            continue
+        targets = [m for m in mixes if sum(m.verifiers.values()) > 0] or mixes
+
+        def add(mix, role=role, slug=slug):
+            getattr(mix, role)[slug] += 1
+            if role == "drafters" and profiles[slug].kind == ProfileKind.GPU:
+                mix.gpu_drafters += 1
+
+        _spread(targets, n, add)
+        if not targets:
+            notes.append("no pipeline to add nodes to")
+    return notes
+
+
+def what_if(changes: dict, *, include_simulated: bool = True) -> dict:
+    mixes, profiles = current_fleet(include_simulated=include_simulated)
+    prices = {k: float(v) for k, v in (changes.get("prices") or {}).items()}
+    before = evaluate(mixes, profiles, prices)
+    notes = apply_changes(mixes, profiles, changes)
+    after = evaluate(mixes, profiles, prices)
+    return {"modeled": True, "changes": changes, "before": before, "after": after, "notes": notes}
