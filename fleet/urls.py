@@ -9,6 +9,8 @@ api_v1 = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
     path("", include("fleet.nodes.urls_api")),
+    path("", include("inference.urls_api")),
+    path("", include("fleet.accounts.urls_api")),
     path("", include("fleet.pipelines.urls_api")),
     path("", include("fleet.planner.urls_api")),
 ]
@@ -19,6 +21,7 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/v1/", include(api_v1)),
+    path("v1/", include("inference.openai_urls")),
     path("nodes/", include("fleet.nodes.urls")),
     path("pipelines/", include("fleet.pipelines.urls")),
     path("planner/", include("fleet.planner.urls")),

@@ -1,0 +1,319 @@
+"""REST API for generations: `/api/v1/generations` (create, list, follow, cancel).
+
+Roles: creating needs "generate" (operators, admins); reading needs "view"; cancelling needs
+"operate", or "generate" and being the generation's owner.
+
+DELETE of a generation that already ended is idempotent: 200 with the generation as it is
+(no error, nothing changes). DELETE of a live one asks the data plane to cancel it and
+answers 202 with the generation's state after the request (normally `cancelled`).
+"""
+
+from __future__ import annotations
+
+import json
+
+import django_filters
+from asgiref.sync import sync_to_async
+from django.http import JsonResponse, StreamingHttpResponse
+from drf_spectacular.utils import extend_schema
+from rest_framework import generics, serializers, status
+from rest_framework.exceptions import APIException, PermissionDenied
+from rest_framework.response import Response
+from rest_framework.reverse import reverse
+
+from fleet.accounts.access import can
+from fleet.accounts.authentication import bearer_token
+from inference import services, streams
+from inference.models import Generation, GenerationState
+from inference.submission import (
+    MAX_STOP_LENGTH,
+    MAX_STOP_SEQUENCES,
+    SEED_MAX,
+    TEMPERATURE_MAX,
+    RequestError,
+    pipeline_named,
+    prepare,
+)
+
+STREAM_IDLE_TIMEOUT_S = 120.0
+
+# submission's parameter names -> this API's field names
+FIELD_OF_PARAM = {"model": "pipeline"}
+
+
+class NoCapacityError(APIException):
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_detail = "No drafter/verifier pair of this pipeline can take a generation now."
+    default_code = "no_capacity"
+
+
+class StopField(serializers.Field):
+    """A string or a list of up to four strings; always a list inside."""
+
+    default_error_messages = {
+        "invalid": "Give a string or a list of strings.",
+        "too_many": f"At most {MAX_STOP_SEQUENCES} stop sequences.",
+        "bad_item": f"Each stop sequence must be 1..{MAX_STOP_LENGTH} characters.",
+    }
+
+    def to_internal_value(self, data):
+        if isinstance(data, str):
+            data = [data]
+        if not isinstance(data, list) or not all(isinstance(s, str) for s in data):
+            self.fail("invalid")
+        if len(data) > MAX_STOP_SEQUENCES:
+            self.fail("too_many")
+        if any(not s or len(s) > MAX_STOP_LENGTH for s in data):
+            self.fail("bad_item")
+        return data
+
+    def to_representation(self, value):
+        return value
+
+
+class GenerationCreateSerializer(serializers.Serializer):
+    pipeline = serializers.SlugField(max_length=64)
+    prompt = serializers.CharField(trim_whitespace=False, max_length=1_000_000)
+    max_tokens = serializers.IntegerField(min_value=1, required=False)
+    temperature = serializers.FloatField(min_value=0, max_value=TEMPERATURE_MAX, required=False)
+    top_k = serializers.IntegerField(min_value=0, required=False)
+    top_p = serializers.FloatField(max_value=1, required=False)
+    seed = serializers.IntegerField(min_value=0, max_value=SEED_MAX, required=False)
+    stop = StopField(required=False)
+
+    def validate_top_p(self, value):
+        if value <= 0:
+            raise serializers.ValidationError("Must be greater than 0.")
+        return value
+
+    def validate(self, attrs):
+        try:
+            pipeline = pipeline_named(attrs["pipeline"])
+            return prepare(
+                pipeline=pipeline,
+                prompt=attrs["prompt"],
+                max_tokens=attrs.get("max_tokens"),
+                default_max_tokens=None,
+                temperature=attrs.get("temperature"),
+                top_p=attrs.get("top_p"),
+                top_k=attrs.get("top_k"),
+                seed=attrs.get("seed"),
+                stop=attrs.get("stop"),
+            )
+        except RequestError as exc:
+            field = FIELD_OF_PARAM.get(exc.param, exc.param) or "non_field_errors"
+            raise serializers.ValidationError({field: [exc.message]}, code=exc.code) from exc
+
+
+class GenerationSerializer(serializers.ModelSerializer):
+    pipeline = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    user = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    drafter = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    verifier = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    prompt_token_count = serializers.SerializerMethodField()
+    output_token_count = serializers.SerializerMethodField()
+    timings = serializers.SerializerMethodField()
+    links = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Generation
+        fields = [
+            "id",
+            "pipeline",
+            "user",
+            "state",
+            "prompt",
+            "params",
+            "prompt_token_count",
+            "output_text",
+            "output_token_count",
+            "finish_reason",
+            "error",
+            "drafter",
+            "verifier",
+            "attempts",
+            "created_at",
+            "started_at",
+            "first_token_at",
+            "finished_at",
+            "timings",
+            "counters",
+            "links",
+        ]
+        read_only_fields = fields
+
+    def get_prompt_token_count(self, obj) -> int:
+        return len(obj.prompt_tokens or [])
+
+    def get_output_token_count(self, obj) -> int:
+        return len(obj.output_tokens or [])
+
+    def get_timings(self, obj) -> dict:
+        itl = obj.itl_ms or {}
+        total = None
+        if obj.finished_at is not None:
+            total = (obj.finished_at - obj.created_at).total_seconds() * 1000
+        return {
+            "queue_ms": obj.queue_ms,
+            "ttft_ms": obj.ttft_ms,
+            "itl_p50_ms": itl.get("p50"),
+            "itl_p99_ms": itl.get("p99"),
+            "itl_mean_ms": itl.get("mean"),
+            "total_ms": total,
+        }
+
+    def get_links(self, obj) -> dict:
+        request = self.context.get("request")
+        url = reverse("api-generation-detail", args=[obj.id], request=request)
+        return {
+            "self": url,
+            "stream": reverse("api-generation-stream", args=[obj.id], request=request),
+            "cancel": url,
+        }
+
+    def to_representation(self, obj):
+        data = super().to_representation(obj)
+        live = self.context.get("live")
+        if live is not None:  # a running generation: its output so far, from its stream
+            data["output_text"] = live["text"]
+            data["output_token_count"] = live["n"]
+        return data
+
+
+class GenerationFilter(django_filters.FilterSet):
+    state = django_filters.MultipleChoiceFilter(choices=GenerationState.choices)
+    pipeline = django_filters.CharFilter(field_name="pipeline__name")
+
+    class Meta:
+        model = Generation
+        fields = ["state", "pipeline"]
+
+
+def generations():
+    return Generation.objects.select_related("pipeline", "user", "drafter", "verifier")
+
+
+def live_output(generation: Generation) -> dict | None:
+    """Text and token count so far from the generation's stream while it is not ended."""
+    if generation.is_terminal:
+        return None
+    events = streams.read_all(generation.id)
+    n = 0
+    for _id, event in events:
+        if event.get("type") == "tokens":
+            n = event.get("n", n + len(event.get("tokens", [])))
+    return {"text": streams.collect_text(events), "n": n}
+
+
+class GenerationListCreate(generics.ListCreateAPIView):
+    """List generations (newest first; `?state=`, `?pipeline=`) or start one."""
+
+    serializer_class = GenerationSerializer
+    filterset_class = GenerationFilter
+    ordering_fields = ["created_at", "finished_at"]
+    method_actions = {"POST": "generate"}
+
+    def get_queryset(self):
+        return generations()
+
+    @extend_schema(request=GenerationCreateSerializer, responses={201: GenerationSerializer})
+    def post(self, request, *args, **kwargs):
+        incoming = GenerationCreateSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        prepared = incoming.validated_data
+        try:
+            generation = services.generation_submit(
+                pipeline=prepared.pipeline,
+                prompt=prepared.prompt,
+                prompt_tokens=prepared.prompt_tokens,
+                params=prepared.params,
+                user=request.user,
+            )
+        except services.NoCapacity as exc:
+            raise NoCapacityError(str(exc) or None) from exc
+        generation = generations().get(pk=generation.pk)
+        body = GenerationSerializer(generation, context={"request": request}).data
+        return Response(
+            body, status=status.HTTP_201_CREATED, headers={"Location": body["links"]["self"]}
+        )
+
+
+class GenerationDetail(generics.RetrieveDestroyAPIView):
+    """One generation, with its output so far while it runs; DELETE cancels it."""
+
+    serializer_class = GenerationSerializer
+    lookup_url_kwarg = "generation_id"
+    # The object check below narrows DELETE to operators or the generation's owner.
+    method_actions = {"DELETE": "generate"}
+
+    def get_queryset(self):
+        return generations()
+
+    def retrieve(self, request, *args, **kwargs):
+        generation = self.get_object()
+        context = {"request": request, "live": live_output(generation)}
+        return Response(GenerationSerializer(generation, context=context).data)
+
+    def destroy(self, request, *args, **kwargs):
+        generation = self.get_object()
+        owner = generation.user_id is not None and generation.user_id == request.user.pk
+        if not (can(request.user, "operate", generation) or owner):
+            raise PermissionDenied("Only an operator or the generation's owner may cancel it.")
+        if generation.is_terminal:
+            body = GenerationSerializer(generation, context={"request": request}).data
+            return Response(body, status=status.HTTP_200_OK)
+        services.generation_cancel(generation=generation, actor=request.user)
+        generation = generations().get(pk=generation.pk)
+        body = GenerationSerializer(generation, context={"request": request}).data
+        return Response(body, status=status.HTTP_202_ACCEPTED)
+
+
+# --- server-sent events for one generation (async: an open stream holds no thread) ----------
+
+
+def _stream_principal(request, token: str | None):
+    """The user behind an API key; None if the key is missing or wrong."""
+    from fleet.accounts.authentication import user_for_api_key
+
+    return user_for_api_key(token) if token and token.startswith("tdm_") else None
+
+
+def _sse_event(entry_id: str, event: dict) -> bytes:
+    payload = json.dumps(event, separators=(",", ":"))
+    return f"id: {entry_id}\nevent: {event.get('type', 'message')}\ndata: {payload}\n\n".encode()
+
+
+async def generation_stream(request, generation_id):
+    """`GET /api/v1/generations/<id>/stream`: the generation's events as SSE (`event:` is the
+    event type, `id:` its stream id; send `Last-Event-ID` to resume). Ends after done/error."""
+    if request.method != "GET":
+        return JsonResponse({"detail": f'Method "{request.method}" not allowed.'}, status=405)
+    token = bearer_token(request)
+    if token is not None:
+        user = await sync_to_async(_stream_principal)(request, token)
+        if user is None:
+            return JsonResponse({"detail": "Invalid or revoked API key."}, status=401)
+    else:
+        user = await request.auser()
+        if not user.is_authenticated:
+            return JsonResponse(
+                {"detail": "Authentication credentials were not provided."}, status=401
+            )
+    if not await sync_to_async(can)(user, "view"):
+        return JsonResponse(
+            {"detail": "You do not have permission to perform this action."}, status=403
+        )
+    if not await Generation.objects.filter(pk=generation_id).aexists():
+        return JsonResponse({"detail": "No Generation matches the given query."}, status=404)
+    last_id = request.headers.get("Last-Event-ID") or "0"
+
+    async def events():
+        async for entry_id, event in streams.follow(
+            generation_id, last_id=last_id, block_ms=1000, timeout_s=STREAM_IDLE_TIMEOUT_S
+        ):
+            yield _sse_event(entry_id, event)
+
+    response = StreamingHttpResponse(events(), content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    return response

@@ -1,0 +1,559 @@
+"""OpenAI-compatible endpoints under `/v1/`: models, completions, chat completions.
+
+Async Django views (ASGI): a streaming answer is an async generator over the generation's
+Redis stream, so an open stream holds no thread. Clients authenticate with a Tandem API key
+as a Bearer token (`tdm_...`), exactly as they would with an OpenAI key; a model name is a
+pipeline name. Every error is an OpenAI error object
+`{"error": {"message", "type", "param", "code"}}` with the usual status (400, 401, 403, 404,
+405, 503, 504), never an HTML page.
+
+Finish reasons are OpenAI's: "length" when max_tokens ran out, "stop" otherwise (a stop
+sequence, the end-of-sequence token, or a cancellation). If the client goes away before the
+end, the generation is cancelled so its KV slots are freed on both nodes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from functools import wraps
+
+from asgiref.sync import sync_to_async
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from fleet.accounts.access import can
+from fleet.accounts.authentication import bearer_token, user_for_api_key
+from inference import services, streams
+from inference.models import Generation
+from inference.submission import (
+    ModelNotFound,
+    Prepared,
+    RequestError,
+    pipeline_named,
+    prepare,
+    servable_pipelines,
+)
+
+log = logging.getLogger(__name__)
+
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+IDLE_TIMEOUT_S = 120.0  # no event on a generation's stream for this long -> give up
+# Short blocking reads: redis-py's default socket timeout (5 s) must not cut an XREAD.
+BLOCK_MS = 1000
+CHAT_ROLES = {"system", "developer", "user", "assistant"}
+
+# Parameters we accept only at their neutral value (clients often send the defaults).
+NEUTRAL = {
+    "presence_penalty": (0, 0.0, None),
+    "frequency_penalty": (0, 0.0, None),
+    "logit_bias": (None, {}),
+    "logprobs": (None, False, 0),
+    "top_logprobs": (None, 0),
+    "echo": (None, False),
+    "best_of": (None, 1),
+    "suffix": (None, ""),
+    "tools": (None, []),
+    "functions": (None, []),
+    "tool_choice": (None, "none"),
+    "function_call": (None, "none"),
+}
+
+
+class OpenAIError(Exception):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+    ):
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = (
+            status,
+            message,
+            type,
+            param,
+            code,
+        )
+
+    def body(self) -> dict:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+    def response(self) -> JsonResponse:
+        return JsonResponse(self.body(), status=self.status)
+
+
+def from_request_error(exc: RequestError) -> OpenAIError:
+    status = 404 if isinstance(exc, ModelNotFound) else 400
+    return OpenAIError(status, exc.message, param=exc.param, code=exc.code)
+
+
+# --- authentication, method and error handling: one decorator ------------------------------
+
+
+def _principal(token: str | None):
+    """(user, may_view, may_generate) for a Bearer token; raises OpenAIError(401)."""
+    if token is None:
+        raise OpenAIError(
+            401,
+            "You didn't provide an API key. You need to provide your API key in an "
+            "Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
+            code="missing_api_key",
+        )
+    user = user_for_api_key(token) if token.startswith("tdm_") else None
+    if user is None:
+        raise OpenAIError(
+            401, "Incorrect API key provided.", code="invalid_api_key", type="invalid_request_error"
+        )
+    return user, can(user, "view"), can(user, "generate")
+
+
+@dataclass
+class Caller:
+    user: object
+    may_view: bool
+    may_generate: bool
+    body: dict = field(default_factory=dict)
+
+
+def endpoint(method: str, action: str):
+    """Wrap an async view: method check, Bearer auth, role check, JSON body, OpenAI errors."""
+
+    def decorate(view: Callable):
+        @csrf_exempt
+        @wraps(view)
+        async def wrapper(request: HttpRequest, *args, **kwargs):
+            try:
+                if request.method != method:
+                    raise OpenAIError(
+                        405, f"Method {request.method} is not allowed here; use {method}."
+                    )
+                user, may_view, may_generate = await sync_to_async(_principal)(
+                    bearer_token(request)
+                )
+                allowed = may_generate if action == "generate" else may_view
+                if not allowed:
+                    raise OpenAIError(
+                        403,
+                        f"Your role does not allow this request (needs '{action}').",
+                        type="permission_error",
+                        code="insufficient_permissions",
+                    )
+                caller = Caller(user, may_view, may_generate)
+                if method == "POST":
+                    caller.body = _json_body(request)
+                return await view(request, caller, *args, **kwargs)
+            except OpenAIError as exc:
+                return exc.response()
+            except RequestError as exc:
+                return from_request_error(exc).response()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("OpenAI endpoint %s failed", request.path)
+                return OpenAIError(
+                    500, "The server had an error processing your request.", type="server_error"
+                ).response()
+
+        return wrapper
+
+    return decorate
+
+
+def _json_body(request: HttpRequest) -> dict:
+    try:
+        body = json.loads(request.body or b"null")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise OpenAIError(400, f"The request body is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise OpenAIError(400, "The request body must be a JSON object.")
+    return body
+
+
+# --- models -----------------------------------------------------------------------------------
+
+
+def _model_object(pipeline) -> dict:
+    return {
+        "id": pipeline.name,
+        "object": "model",
+        "created": int(pipeline.created_at.timestamp()),
+        "owned_by": "tandem",
+    }
+
+
+def _usable_pipelines(user) -> list:
+    return [p for p in servable_pipelines() if can(user, "generate", p)]
+
+
+@endpoint("GET", "view")
+async def models_list(request, caller: Caller):
+    """Pipelines the caller may send requests to (none for a viewer, who may not generate)."""
+    pipelines = await sync_to_async(_usable_pipelines)(caller.user)
+    return JsonResponse({"object": "list", "data": [_model_object(p) for p in pipelines]})
+
+
+@endpoint("GET", "view")
+async def model_detail(request, caller: Caller, model: str):
+    pipelines = await sync_to_async(_usable_pipelines)(caller.user)
+    for pipeline in pipelines:
+        if pipeline.name == model:
+            return JsonResponse(_model_object(pipeline))
+    raise ModelNotFound(model)
+
+
+async def not_found(request, path: str = ""):
+    return OpenAIError(
+        404, f"Unknown request URL: {request.method} /v1/{path}.", code="unknown_url"
+    ).response()
+
+
+# --- request parsing --------------------------------------------------------------------------
+
+
+@dataclass
+class Options:
+    stream: bool
+    include_usage: bool
+
+
+def _common_options(body: dict) -> Options:
+    for name, neutral in NEUTRAL.items():
+        if name in body and body[name] not in neutral:
+            raise OpenAIError(400, f"'{name}' is not supported by this server.", param=name)
+    n = body.get("n", 1)
+    if n is not None and (isinstance(n, bool) or n != 1):
+        raise OpenAIError(400, "Only n=1 is supported.", param="n")
+    stream = body.get("stream", False)
+    if stream is None:
+        stream = False
+    if not isinstance(stream, bool):
+        raise OpenAIError(400, "'stream' must be a boolean.", param="stream")
+    stream_options = body.get("stream_options") or {}
+    if not isinstance(stream_options, dict):
+        raise OpenAIError(400, "'stream_options' must be an object.", param="stream_options")
+    if stream_options and not stream:
+        raise OpenAIError(
+            400, "'stream_options' is only allowed when 'stream' is true.", param="stream_options"
+        )
+    include_usage = stream_options.get("include_usage", False)
+    if not isinstance(include_usage, bool):
+        raise OpenAIError(
+            400, "'stream_options.include_usage' must be a boolean.", param="stream_options"
+        )
+    return Options(stream=stream, include_usage=include_usage)
+
+
+def _completion_prompt(body: dict) -> str | list[int]:
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
+        prompt = prompt[0]  # one prompt given as a batch of one
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+        return prompt
+    if isinstance(prompt, list) and len(prompt) > 1:
+        raise OpenAIError(400, "Only one prompt per request is supported.", param="prompt")
+    raise OpenAIError(400, "'prompt' must be a string or a list of token ids.", param="prompt")
+
+
+def _message_text(message, index: int) -> tuple[str, str]:
+    if not isinstance(message, dict):
+        raise OpenAIError(400, f"messages[{index}] must be an object.", param=f"messages.[{index}]")
+    role, content = message.get("role"), message.get("content")
+    if role not in CHAT_ROLES:
+        raise OpenAIError(
+            400,
+            f"messages[{index}].role must be one of {sorted(CHAT_ROLES)}.",
+            param=f"messages.[{index}].role",
+        )
+    if isinstance(content, list):  # content parts: only text ones
+        if not all(isinstance(p, dict) and p.get("type") == "text" for p in content):
+            raise OpenAIError(
+                400,
+                "Only text content parts are supported.",
+                param=f"messages.[{index}].content",
+            )
+        content = "".join(str(p.get("text", "")) for p in content)
+    if not isinstance(content, str):
+        raise OpenAIError(
+            400, f"messages[{index}].content must be a string.", param=f"messages.[{index}].content"
+        )
+    return ("system" if role == "developer" else role), content
+
+
+def _prepare(body: dict, prompt, *, default_max_tokens, max_tokens_param="max_tokens") -> Prepared:
+    """Sync: the pipeline lookup (DB) and tokenization (CPU)."""
+    pipeline = pipeline_named(body.get("model"))
+    return prepare(
+        pipeline=pipeline,
+        prompt=prompt if not callable(prompt) else prompt(pipeline),
+        max_tokens=body.get(max_tokens_param),
+        default_max_tokens=default_max_tokens,
+        max_tokens_param=max_tokens_param,
+        prompt_param="messages" if callable(prompt) else "prompt",
+        temperature=body.get("temperature"),
+        top_p=body.get("top_p"),
+        top_k=body.get("top_k"),
+        seed=body.get("seed"),
+        stop=body.get("stop"),
+    )
+
+
+def _submit(prepared: Prepared, user) -> Generation:
+    try:
+        return services.generation_submit(
+            pipeline=prepared.pipeline,
+            prompt=prepared.prompt,
+            prompt_tokens=prepared.prompt_tokens,
+            params=prepared.params,
+            user=user,
+        )
+    except services.NoCapacity as exc:
+        raise OpenAIError(
+            503,
+            f"The model '{prepared.pipeline.name}' has no free capacity right now: {exc}",
+            type="server_error",
+            code="no_capacity",
+        ) from exc
+
+
+def _cancel_quietly(generation_id) -> None:
+    try:
+        generation = Generation.objects.filter(pk=generation_id).first()
+        if generation is not None and not generation.is_terminal:
+            services.generation_cancel(generation=generation, actor=None)
+    except Exception:  # the client is gone; nobody to tell, but keep a trace
+        log.exception("could not cancel generation %s after its client left", generation_id)
+
+
+# --- completions ------------------------------------------------------------------------------
+
+
+@dataclass
+class Job:
+    """One submitted generation and how to render it."""
+
+    generation: Generation
+    model: str
+    chat: bool
+    options: Options
+    prompt_tokens: int
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    @property
+    def id(self) -> str:
+        return ("chatcmpl-" if self.chat else "cmpl-") + self.generation.id.hex
+
+    @property
+    def object(self) -> str:
+        if self.options.stream:
+            return "chat.completion.chunk" if self.chat else "text_completion"
+        return "chat.completion" if self.chat else "text_completion"
+
+    def usage(self, completion_tokens: int) -> dict:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": self.prompt_tokens + completion_tokens,
+        }
+
+
+def openai_finish_reason(reason: str | None) -> str:
+    return "length" if reason == "length" else "stop"
+
+
+@endpoint("POST", "generate")
+async def completions(request, caller: Caller):
+    body = caller.body
+    options = _common_options(body)
+    prompt = _completion_prompt(body)
+    prepared = await sync_to_async(_prepare)(
+        body, prompt, default_max_tokens=COMPLETIONS_DEFAULT_MAX_TOKENS
+    )
+    return await _run(request, caller, prepared, options, chat=False)
+
+
+@endpoint("POST", "generate")
+async def chat_completions(request, caller: Caller):
+    body = caller.body
+    options = _common_options(body)
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise OpenAIError(400, "'messages' must be a non-empty list.", param="messages")
+    turns = [_message_text(m, i) for i, m in enumerate(messages)]
+
+    def render(pipeline) -> str:
+        from inference.submission import tokenizer_for
+
+        return tokenizer_for(pipeline).chat_prompt([{"role": r, "content": c} for r, c in turns])
+
+    max_param = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+    prepared = await sync_to_async(_prepare)(
+        body, render, default_max_tokens=None, max_tokens_param=max_param
+    )
+    return await _run(request, caller, prepared, options, chat=True)
+
+
+async def _run(request, caller: Caller, prepared: Prepared, options: Options, *, chat: bool):
+    generation = await sync_to_async(_submit)(prepared, caller.user)
+    job = Job(
+        generation=generation,
+        model=prepared.pipeline.name,
+        chat=chat,
+        options=options,
+        prompt_tokens=len(prepared.prompt_tokens),
+    )
+    if options.stream:
+        response = StreamingHttpResponse(_sse(job), content_type="text/event-stream")
+        response["Cache-Control"] = "no-cache"
+        response["X-Accel-Buffering"] = "no"
+        return response
+    return await _complete(job)
+
+
+async def _events(generation_id) -> AsyncIterator[dict]:
+    """The generation's events until done/error; an error event if the stream goes quiet."""
+    async for _id, event in streams.follow(
+        generation_id, block_ms=BLOCK_MS, timeout_s=IDLE_TIMEOUT_S
+    ):
+        yield event
+        if event.get("type") in streams.TERMINAL_TYPES:
+            return
+    yield {"type": "timeout"}
+
+
+def _error_of(event: dict) -> OpenAIError:
+    if event.get("type") == "timeout":
+        return OpenAIError(
+            504,
+            f"The generation produced nothing for {IDLE_TIMEOUT_S:g} s and was cancelled.",
+            type="server_error",
+            code="timeout",
+        )
+    return OpenAIError(
+        502,
+        f"The generation failed: {event.get('error') or 'unknown error'}",
+        type="server_error",
+        code="generation_failed",
+    )
+
+
+async def _complete(job: Job) -> HttpResponse:
+    text, n, finished = [], 0, False
+    try:
+        async for event in _events(job.generation.id):
+            kind = event.get("type")
+            if kind == "tokens":
+                text.append(event.get("text", ""))
+                n = event.get("n", n + len(event.get("tokens", [])))
+            elif kind == "done":
+                finished = True
+                usage = event.get("usage") or {}
+                n = usage.get("completion_tokens", n)
+                reason = openai_finish_reason(event.get("finish_reason"))
+                return JsonResponse(_full_body(job, "".join(text), reason, n))
+            elif kind in ("error", "timeout"):
+                finished = kind == "error"
+                return _error_of(event).response()
+    finally:
+        if not finished:  # timed out, or the client left (CancelledError)
+            await asyncio.shield(sync_to_async(_cancel_quietly)(job.generation.id))
+    raise AssertionError("unreachable: _events always ends with a terminal event")
+
+
+def _full_body(job: Job, text: str, reason: str, n: int) -> dict:
+    if job.chat:
+        choice = {
+            "index": 0,
+            "message": {"role": "assistant", "content": text, "refusal": None},
+            "logprobs": None,
+            "finish_reason": reason,
+        }
+    else:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
+    return {
+        "id": job.id,
+        "object": job.object,
+        "created": job.created,
+        "model": job.model,
+        "system_fingerprint": None,
+        "choices": [choice],
+        "usage": job.usage(n),
+    }
+
+
+def _chunk(job: Job, *, text: str | None = None, role: bool = False, reason=None) -> dict:
+    if job.chat:
+        delta: dict = {}
+        if role:
+            delta["role"] = "assistant"
+        if text is not None:
+            delta["content"] = text
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
+    else:
+        choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": reason}
+    chunk = {
+        "id": job.id,
+        "object": job.object,
+        "created": job.created,
+        "model": job.model,
+        "system_fingerprint": None,
+        "choices": [choice],
+    }
+    if job.options.include_usage:
+        chunk["usage"] = None
+    return chunk
+
+
+def _data(payload) -> bytes:
+    return f"data: {json.dumps(payload, separators=(',', ':'))}\n\n".encode()
+
+
+async def _sse(job: Job) -> AsyncIterator[bytes]:
+    """`data: {chunk}` lines, then `data: [DONE]`; cancels the generation if cut short."""
+    ended = False
+    n = 0
+    try:
+        if job.chat:
+            yield _data(_chunk(job, text="", role=True))
+        async for event in _events(job.generation.id):
+            kind = event.get("type")
+            if kind == "tokens":
+                n = event.get("n", n + len(event.get("tokens", [])))
+                if event.get("text"):
+                    yield _data(_chunk(job, text=event["text"]))
+            elif kind == "done":
+                ended = True
+                n = (event.get("usage") or {}).get("completion_tokens", n)
+                reason = openai_finish_reason(event.get("finish_reason"))
+                yield _data(_chunk(job, text="" if not job.chat else None, reason=reason))
+                if job.options.include_usage:
+                    usage = {k: v for k, v in _chunk(job).items() if k != "choices"}
+                    yield _data(usage | {"choices": [], "usage": job.usage(n)})
+            elif kind in ("error", "timeout"):
+                ended = kind == "error"
+                yield _data(_error_of(event).body())
+        yield b"data: [DONE]\n\n"
+    except Exception:  # headers are sent: end the stream with an error object, not a reset
+        log.exception("stream of generation %s failed", job.generation.id)
+        failure = OpenAIError(500, "The server failed while streaming.", type="server_error")
+        yield _data(failure.body())
+        yield b"data: [DONE]\n\n"
+    finally:
+        if not ended:  # timed out, or the client disconnected mid-stream
+            await asyncio.shield(sync_to_async(_cancel_quietly)(job.generation.id))

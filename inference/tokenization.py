@@ -1,0 +1,92 @@
+"""Web-side tokenization: count and encode prompts with the `tokenizers` library only.
+
+The web process never imports torch, so it cannot use `inference.engine`. It still has to
+know a prompt's token ids (the workers take ids, not text) and the model's context length
+(to refuse a prompt that does not fit) before a generation is written. Both come from the
+pipeline's target model directory: `tokenizer.json` and `config.json`
+(`max_position_embeddings`). One loaded tokenizer per model path, kept for the process.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.conf import settings
+from tokenizers import Tokenizer
+
+CHATML_START, CHATML_END = "<|im_start|>", "<|im_end|>"
+
+
+class TokenizerUnavailable(Exception):
+    """The model directory has no usable tokenizer.json / config.json."""
+
+
+def model_dir(reference: str) -> Path:
+    """A pipeline's model reference: an absolute path, or a name under DATA_DIR/models."""
+    path = Path(reference)
+    return path if path.is_absolute() else Path(settings.DATA_DIR) / "models" / reference
+
+
+@dataclass(frozen=True)
+class ModelTokenizer:
+    path: Path
+    tk: Tokenizer
+    context_length: int
+    chatml: bool
+
+    def encode(self, text: str) -> list[int]:
+        return self.tk.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tk.decode(list(ids), skip_special_tokens=True)
+
+    def chat_prompt(self, messages: list[dict[str, str]]) -> str:
+        """ChatML when the tokenizer knows its special tokens (SmolLM2, Qwen2); otherwise a
+        plain `role: content` transcript (the byte-level demo model), ending on the
+        assistant's turn either way."""
+        if self.chatml:
+            body = "".join(
+                f"{CHATML_START}{m['role']}\n{m['content']}{CHATML_END}\n" for m in messages
+            )
+            return body + f"{CHATML_START}assistant\n"
+        return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"
+
+
+_cache: dict[tuple[str, float, float], ModelTokenizer] = {}
+_lock = threading.Lock()
+
+
+def load(reference: str) -> ModelTokenizer:
+    """The tokenizer of a model directory, cached per path (reloaded if its files change)."""
+    path = model_dir(reference)
+    tok_file, cfg_file = path / "tokenizer.json", path / "config.json"
+    try:
+        key = (str(path), tok_file.stat().st_mtime, cfg_file.stat().st_mtime)
+    except OSError as exc:
+        raise TokenizerUnavailable(
+            f"model {reference!r} has no tokenizer.json and config.json at {path}"
+        ) from exc
+    cached = _cache.get(key)
+    if cached is not None:
+        return cached
+    with _lock:
+        cached = _cache.get(key)
+        if cached is None:
+            cached = _cache[key] = _read(path, tok_file, cfg_file)
+    return cached
+
+
+def _read(path: Path, tok_file: Path, cfg_file: Path) -> ModelTokenizer:
+    try:
+        tk = Tokenizer.from_file(str(tok_file))
+        config = json.loads(cfg_file.read_text())
+        context = int(config.get("max_position_embeddings") or 0)
+    except Exception as exc:  # OSError, JSON errors, and tokenizers' plain Exception
+        raise TokenizerUnavailable(f"cannot read the tokenizer at {path}: {exc}") from exc
+    if context <= 0:
+        raise TokenizerUnavailable(f"{cfg_file} has no max_position_embeddings")
+    chatml = tk.token_to_id(CHATML_START) is not None and tk.token_to_id(CHATML_END) is not None
+    return ModelTokenizer(path=path, tk=tk, context_length=context, chatml=chatml)

@@ -1,0 +1,19 @@
+"""REST routes of the data plane, mounted under /api/v1/."""
+
+from django.urls import path
+
+from inference import api
+
+urlpatterns = [
+    path("generations", api.GenerationListCreate.as_view(), name="api-generation-list"),
+    path(
+        "generations/<uuid:generation_id>",
+        api.GenerationDetail.as_view(),
+        name="api-generation-detail",
+    ),
+    path(
+        "generations/<uuid:generation_id>/stream",
+        api.generation_stream,
+        name="api-generation-stream",
+    ),
+]

@@ -1,0 +1,134 @@
+"""Fixtures of the HTTP API tests: a tiny model directory (tokenizer + config only, no
+weights: the web side never loads weights), a pipeline naming it, a healthy drafter/verifier
+pair so the real router accepts generations, and a fake worker that writes a generation's
+events to its real Redis stream."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+from django.utils import timezone
+from tokenizers import AddedToken
+
+from fleet.nodes.models import HardwareProfile, Node
+from fleet.pipelines.models import Pipeline, Placement, PlacementRole
+from inference import services, streams
+from inference.training.byte_tokenizer import build_byte_tokenizer
+
+CONTEXT = 64
+
+
+def write_model_dir(path, *, context: int = CONTEXT, chatml: bool = False):
+    tok = build_byte_tokenizer()
+    if chatml:
+        tok.add_special_tokens(
+            [AddedToken(t, special=True, normalized=False) for t in ("<|im_start|>", "<|im_end|>")]
+        )
+    path.mkdir(parents=True, exist_ok=True)
+    tok.save(str(path / "tokenizer.json"))
+    config = {"model_type": "llama", "max_position_embeddings": context, "vocab_size": 261}
+    (path / "config.json").write_text(json.dumps(config))
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _fast_passwords(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def model_path(tmp_path):
+    return write_model_dir(tmp_path / "byte-demo")
+
+
+@pytest.fixture
+def pipeline(db, model_path):
+    return Pipeline.objects.create(name="demo", target_model=str(model_path), draft_model="x")
+
+
+def place_pair(pipeline, prefix: str = "api") -> tuple[Node, Node]:
+    """An online, freshly heartbeating drafter and verifier placed in `pipeline`."""
+    profile, _ = HardwareProfile.objects.get_or_create(
+        slug="api-test-cpu",
+        defaults=dict(
+            kind="cpu", vendor="test", model="cpu", memory_gb=1, memory_bandwidth_gbs=1,
+            peak_bf16_tflops=1, tdp_w=10, idle_w=1,
+        ),
+    )  # fmt: skip
+    nodes = []
+    for role in (PlacementRole.DRAFT, PlacementRole.VERIFY):
+        node = Node.objects.create(
+            name=f"{prefix}-{role}",
+            profile=profile,
+            roles=[role],
+            state="online",
+            last_seen=timezone.now(),
+        )
+        Placement.objects.create(pipeline=pipeline, node=node, role=role)
+        nodes.append(node)
+    return nodes[0], nodes[1]
+
+
+@pytest.fixture
+def serving(pipeline):
+    """The pipeline, with a pair the router will pick."""
+    place_pair(pipeline)
+    return pipeline
+
+
+def script(text: str, *, finish_reason: str = "stop", prompt_tokens: int = 0, chunk: int = 3):
+    """The events a worker would write for `text` (byte-level: one token per byte)."""
+    data = text.encode()
+    events, n = [], 0
+    for i in range(0, len(data), chunk):
+        piece = data[i : i + chunk]
+        n += len(piece)
+        events.append(streams.tokens_event(list(piece), piece.decode(), n))
+    events.append(streams.done_event(finish_reason, prompt_tokens, n))
+    return events
+
+
+@pytest.fixture
+def fake_worker(monkeypatch):
+    """Replaces nothing but the workers: the real `generation_submit` writes the row; then a
+    thread writes `worker.events` (default: "Hello, world!" and done) to the real stream,
+    `worker.delay_s` apart. `worker.submitted` lists the generations."""
+
+    class Worker:
+        events: list | None = None
+        delay_s = 0.0
+        submitted: list = []
+        threads: list = []
+
+    worker = Worker()
+    worker.submitted, worker.threads = [], []
+    real_submit = services.generation_submit
+
+    def submit(**kwargs):
+        generation = real_submit(**kwargs)
+        events = worker.events or script(
+            "Hello, world!", prompt_tokens=len(kwargs["prompt_tokens"])
+        )
+        worker.submitted.append(generation)
+
+        def run():
+            for event in events:
+                if worker.delay_s:
+                    time.sleep(worker.delay_s)
+                streams.publish(generation.id, event)
+
+        if worker.delay_s:
+            thread = threading.Thread(target=run, daemon=True)
+            thread.start()
+            worker.threads.append(thread)
+        else:
+            run()
+        return generation
+
+    monkeypatch.setattr(services, "generation_submit", submit)
+    yield worker
+    for thread in worker.threads:
+        thread.join(timeout=10)
