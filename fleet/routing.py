@@ -1,3 +1,7 @@
 """Websocket routes of every app, gathered in one list for the ASGI router."""
 
-websocket_urlpatterns: list = []
+from fleet.telemetry.routing import websocket_urlpatterns as telemetry_ws
+
+websocket_urlpatterns: list = [
+    *telemetry_ws,
+]

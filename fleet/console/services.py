@@ -1,0 +1,77 @@
+"""Console state changes: wall links (create, revoke) and reading a wall token."""
+
+from __future__ import annotations
+
+from django.core import signing
+from django.db import transaction
+from django.utils import timezone
+
+from fleet.console.models import WallLink
+from fleet.pipelines.models import AuditEvent
+
+WALL_SALT = "tandem.wall-link"
+
+
+def wall_token(link: WallLink) -> str:
+    return signing.dumps({"wall": link.pk}, salt=WALL_SALT, compress=False)
+
+
+def wall_link_for_token(token: str | None) -> WallLink | None:
+    """The active link a token names, or None (bad signature, unknown or revoked link)."""
+    if not token or len(token) > 200:
+        return None
+    try:
+        data = signing.loads(token, salt=WALL_SALT)
+    except signing.BadSignature:
+        return None
+    link_id = data.get("wall") if isinstance(data, dict) else None
+    if not isinstance(link_id, int):
+        return None
+    link = WallLink.objects.filter(pk=link_id, revoked_at__isnull=True).first()
+    if link is not None:
+        now = timezone.now()
+        if link.last_used_at is None or (now - link.last_used_at).total_seconds() > 60:
+            WallLink.objects.filter(pk=link.pk).update(last_used_at=now)
+    return link
+
+
+@transaction.atomic
+def wall_link_create(*, name: str, actor) -> tuple[WallLink, str]:
+    link = WallLink.objects.create(name=name.strip()[:100], created_by=actor)
+    AuditEvent.objects.create(
+        actor=actor,
+        actor_label=actor.get_username(),
+        action="wall_link.create",
+        after={"wall_link": link.pk, "name": link.name},
+    )
+    return link, wall_token(link)
+
+
+@transaction.atomic
+def wall_link_revoke(*, link: WallLink, actor) -> WallLink:
+    link = WallLink.objects.select_for_update().get(pk=link.pk)
+    if link.revoked_at is None:
+        link.revoked_at = timezone.now()
+        link.save(update_fields=["revoked_at"])
+        AuditEvent.objects.create(
+            actor=actor,
+            actor_label=actor.get_username(),
+            action="wall_link.revoke",
+            before={"wall_link": link.pk, "name": link.name},
+        )
+        transaction.on_commit(lambda: _close_screens(link.pk))
+    return link
+
+
+def _close_screens(link_id: int) -> None:
+    from asgiref.sync import async_to_sync
+    from channels.layers import get_channel_layer
+
+    from fleet.telemetry.payloads import wall_link_group
+
+    try:
+        async_to_sync(get_channel_layer().group_send)(
+            wall_link_group(link_id), {"type": "wall.revoked"}
+        )
+    except Exception:  # Redis down: the screens lose access at their next reconnect
+        pass

@@ -1,0 +1,473 @@
+"""The telemetry aggregator (`manage.py run_aggregator`, one process per deployment).
+
+It reads the signed samples off the Redis stream in batches, keeps the live state of every
+node (a sliding window of its samples) and derives pipeline and fleet figures from it. Every
+`tick_s` (0.5 s) it sends ONE message per websocket group (fleet, wall, and only those
+pipeline-<id> / node-<id> groups somebody subscribed to), writes the live snapshot to Redis
+for first page renders and /metrics, and at each 10 s / 5 min boundary writes rollups.
+
+The core (`ingest_entry`, `build`, `close_buckets`) is synchronous and clock-injected so
+tests drive it directly; `run()` is the asyncio loop around it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from asgiref.sync import sync_to_async
+
+from fleet.telemetry import payloads
+from fleet.telemetry.ingest import STREAM, verify
+from fleet.telemetry.registry import NodeInfo, Registry, load_registry
+from fleet.telemetry.samples import InvalidSample, normalize
+from fleet.telemetry.snapshot import INTEREST_KEY, LIVE_KEY
+from fleet.telemetry.stats import Acc, derive
+
+log = logging.getLogger(__name__)
+
+LIVE_WINDOW_S = 5.0
+STALE_AFTER_S = 10.0
+ROLLUP_S = 10
+ROLLUP_LONG_S = 300
+PENDING_MAX = 20_000
+
+
+@dataclass
+class NodeLive:
+    window: deque = field(default_factory=deque)  # (arrival, expires, sample)
+    live: Acc = field(default_factory=Acc)
+    total: Acc = field(default_factory=Acc)  # since the aggregator started: /metrics counters
+    bucket: Acc = field(default_factory=Acc)  # current 10 s rollup bucket
+    long: Acc = field(default_factory=Acc)  # current 5 min rollup bucket
+    last: dict | None = None
+    last_arrival: float = 0.0
+    dirty: bool = True
+    stats: dict | None = None
+
+
+def _now_iso(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, tz=UTC)
+
+
+class Aggregator:
+    def __init__(self, *, tick_s: float = 0.5, clock=time.time, registry: Registry | None = None):
+        self.tick_s = tick_s
+        self.clock = clock
+        self.registry = registry or Registry()
+        self.nodes: dict[int, NodeLive] = {}
+        self.pending: deque = deque(maxlen=PENDING_MAX)
+        self.dropped: Counter = Counter()
+        self.samples_ok = 0
+        self.newest_ts: float | None = None
+        self.started = clock()
+        self.bucket_start = math.floor(self.started / ROLLUP_S) * ROLLUP_S
+        self.long_start = math.floor(self.started / ROLLUP_LONG_S) * ROLLUP_LONG_S
+        self.messages_sent = 0
+        self._written_fields: set[str] = set()
+
+    # --- ingest -------------------------------------------------------------------------------
+    def set_registry(self, registry: Registry) -> None:
+        changed = {
+            nid for nid, info in registry.nodes.items() if self.registry.nodes.get(nid) != info
+        }
+        self.registry = registry
+        for nid in changed:
+            if nid in self.nodes:
+                self.nodes[nid].dirty = True
+        for nid in list(self.nodes):
+            if nid not in registry.nodes:  # retired or deleted
+                del self.nodes[nid]
+        pending, self.pending = list(self.pending), deque(maxlen=PENDING_MAX)
+        for fields, arrival in pending:
+            self.ingest_entry(fields, now=arrival, retry=False)
+
+    def ingest_entry(self, fields: dict, *, now: float, retry: bool = True) -> bool:
+        """One stream entry {node, body, sig}: verify, parse, add. False if dropped."""
+        try:
+            node_id = int(_text(fields.get(b"node", fields.get("node"))))
+            body = fields.get(b"body", fields.get("body"))
+            signature = _text(fields.get(b"sig", fields.get("sig")))
+        except (TypeError, ValueError):
+            self.dropped["malformed"] += 1
+            return False
+        if node_id not in self.registry.nodes:
+            if retry:
+                self.pending.append((fields, now))  # registered a moment ago? next refresh
+            else:
+                self.dropped["unknown_node"] += 1
+            return False
+        if body is None or not verify(body, signature, self.registry.keys.get(node_id, ())):
+            self.dropped["bad_signature"] += 1
+            return False
+        try:
+            sample = normalize(json.loads(body))
+        except (ValueError, InvalidSample):
+            self.dropped["malformed"] += 1
+            return False
+        self.add_sample(node_id, sample, now=now)
+        return True
+
+    @property
+    def has_unknown(self) -> bool:
+        return bool(self.pending)
+
+    def add_sample(self, node_id: int, sample: dict, *, now: float) -> None:
+        state = self.nodes.get(node_id)
+        if state is None:
+            state = self.nodes[node_id] = NodeLive()
+        expires = now + max(LIVE_WINDOW_S, 2.0 * sample["interval_s"])
+        state.window.append((now, expires, sample))
+        state.live.add_sample(sample)
+        state.total.add_sample(sample)
+        state.bucket.add_sample(sample)
+        state.last = sample
+        state.last_arrival = now
+        state.dirty = True
+        self.samples_ok += 1
+        if self.newest_ts is None or sample["ts"] > self.newest_ts:
+            self.newest_ts = sample["ts"]
+
+    def expire(self, now: float) -> None:
+        for state in self.nodes.values():
+            window = state.window
+            while window and window[0][1] <= now:
+                _, _, sample = window.popleft()
+                state.live.add_sample(sample, sign=-1)
+                state.dirty = True
+            if not window and state.live.n:
+                state.live = Acc()  # drop float residue
+
+    # --- live messages -------------------------------------------------------------------------
+    def _row(self, info: NodeInfo, state: NodeLive | None, now: float) -> payloads.NodeRow:
+        stats = state.stats if state else None
+        last = state.last if state else None
+        fresh = state is not None and now - state.last_arrival <= STALE_AFTER_S
+        return {
+            "id": info.id,
+            "name": info.name,
+            "state": info.state,
+            "role": info.role or (last["role"] if last else None),
+            "pipeline": info.pipeline_id,
+            "sim": info.simulated or bool(last and last["simulated"]),
+            "kind": info.kind,
+            "power_w": stats["power_w"] if stats else None,
+            "src": last["power_source"] if (last and fresh) else None,
+            "util": stats["utilization"] if stats else None,
+            "batch": stats["batch_mean"] if stats else None,
+            "tps": stats["tokens_per_s"] if stats else None,
+            "acc": stats["acceptance_rate"] if stats else None,
+            "seen_s": round(now - state.last_arrival, 1) if state and state.last else None,
+        }
+
+    def build(self, now: float) -> dict:
+        """Everything one tick sends and stores: {"fleet", "wall", "pipelines": {id: msg},
+        "nodes": {id: msg}, "snapshot": {field: json}}."""
+        self.expire(now)
+        reg = self.registry
+        fleet_acc = Acc()
+        pipe_accs: dict[int, Acc] = {pid: Acc() for pid in reg.pipelines}
+        counts: dict[int, Counter] = {pid: Counter() for pid in reg.pipelines}
+        rows: list[payloads.NodeRow] = []
+        node_rows: dict[int, payloads.NodeRow] = {}
+        states: Counter = Counter()
+        simulated = 0
+        for nid, info in reg.nodes.items():
+            state = self.nodes.get(nid)
+            if state is not None and state.dirty:
+                state.stats = derive(state.live, state.live.dur) if not state.live.empty else None
+                state.dirty = False
+            row = self._row(info, state, now)
+            rows.append(row)
+            node_rows[nid] = row
+            states[info.state] += 1
+            simulated += row["sim"]
+            if info.pipeline_id in counts and info.role:
+                counts[info.pipeline_id][info.role] += 1
+            if state is not None and not state.live.empty:
+                fleet_acc.add_rates_of(state.live)
+                if info.pipeline_id in pipe_accs:
+                    pipe_accs[info.pipeline_id].add_rates_of(state.live)
+        fleet_stats = derive(fleet_acc, 1.0)
+        summaries: list[payloads.PipelineSummary] = []
+        pipeline_msgs: dict[int, payloads.PipelineUpdate] = {}
+        for pid, pinfo in reg.pipelines.items():
+            summary: payloads.PipelineSummary = {
+                "id": pid,
+                "name": pinfo.name,
+                "simulated": pinfo.simulated,
+                "drafters": counts[pid]["draft"],
+                "verifiers": counts[pid]["verify"],
+                "stats": derive(pipe_accs[pid], 1.0),
+            }
+            summaries.append(summary)
+            pipeline_msgs[pid] = {
+                "type": "pipeline.update",
+                "ts": now,
+                "newest_ts": self.newest_ts,
+                "pipeline": summary,
+                "config": pinfo.config,
+                "nodes": [r for r in rows if r["pipeline"] == pid],
+            }
+        totals: payloads.FleetTotals = {
+            "nodes": len(rows),
+            "states": dict(states),
+            "power_w": fleet_stats["power_w"],
+            "power_source": fleet_stats["power_source"],
+            "tokens_per_s": fleet_stats["tokens_per_s"],
+            "tokens_per_j": fleet_stats["tokens_per_j"],
+            "simulated_nodes": simulated,
+        }
+        wall: payloads.FleetUpdate = {
+            "type": "fleet.update",
+            "ts": now,
+            "newest_ts": self.newest_ts,
+            "totals": totals,
+            "stats": fleet_stats,
+            "pipelines": summaries,
+        }
+        fleet: payloads.FleetUpdate = {**wall, "nodes": rows}
+        node_msgs: dict[int, payloads.NodeUpdate] = {}
+        snapshot = {
+            "fleet": json.dumps(wall),
+            "meta": json.dumps(
+                {
+                    "ts": now,
+                    "started": self.started,
+                    "samples": self.samples_ok,
+                    "dropped": dict(self.dropped),
+                    "tick_s": self.tick_s,
+                }
+            ),
+        }
+        for pid, msg in pipeline_msgs.items():
+            snapshot[f"p:{pid}"] = json.dumps(msg)
+        for nid, row in node_rows.items():
+            state = self.nodes.get(nid)
+            stats = state.stats if state else None
+            node_msgs[nid] = {
+                "type": "node.update",
+                "ts": now,
+                "newest_ts": self.newest_ts,
+                "node": row,
+                "stats": stats or {},
+            }
+            snapshot[f"n:{nid}"] = json.dumps(
+                {**node_msgs[nid], "totals": _totals(state) if state else None}
+            )
+        return {
+            "fleet": fleet,
+            "wall": wall,
+            "pipelines": pipeline_msgs,
+            "nodes": node_msgs,
+            "snapshot": snapshot,
+        }
+
+    # --- rollups ------------------------------------------------------------------------------
+    def close_buckets(self, now: float) -> list[dict]:
+        """Rollup rows for every bucket that ended before `now` (dicts of Rollup fields)."""
+        rows: list[dict] = []
+        if now < self.bucket_start + ROLLUP_S:
+            return rows
+        rows += self._close(ROLLUP_S, self.bucket_start, "bucket")
+        for state in self.nodes.values():
+            state.long.add(state.bucket)
+            state.bucket = Acc()
+        self.bucket_start = math.floor(now / ROLLUP_S) * ROLLUP_S
+        if now >= self.long_start + ROLLUP_LONG_S:
+            rows += self._close(ROLLUP_LONG_S, self.long_start, "long")
+            for state in self.nodes.values():
+                state.long = Acc()
+            self.long_start = math.floor(now / ROLLUP_LONG_S) * ROLLUP_LONG_S
+        return rows
+
+    def _close(self, resolution: int, start: float, attr: str) -> list[dict]:
+        span = start + resolution - max(start, self.started)
+        if span <= 0:
+            return []
+        when = _now_iso(start)
+        rows = []
+        fleet = Acc()
+        pipes: dict[int, Acc] = {}
+        for nid, state in self.nodes.items():
+            acc: Acc = getattr(state, attr)
+            if acc.empty:
+                continue
+            rows.append(_rollup("node", nid, resolution, when, derive(acc, span)))
+            fleet.add(acc)
+            info = self.registry.nodes.get(nid)
+            if info and info.pipeline_id is not None:
+                pipes.setdefault(info.pipeline_id, Acc()).add(acc)
+        for pid, acc in pipes.items():
+            rows.append(_rollup("pipeline", pid, resolution, when, derive(acc, span)))
+        if not fleet.empty:
+            rows.append(_rollup("fleet", 0, resolution, when, derive(fleet, span)))
+        return rows
+
+    # --- the loop -------------------------------------------------------------------------------
+    async def run(self, *, redis_url: str, stop: asyncio.Event, layer=None) -> None:
+        import redis.asyncio as aioredis
+        from channels.layers import get_channel_layer
+
+        layer = layer or get_channel_layer()
+        r = aioredis.from_url(redis_url)
+        await self._refresh_registry()
+        last_id = await _stream_tail(r)
+        await r.hset(LIVE_KEY, "meta", json.dumps({"ts": self.clock(), "started": self.started}))
+        log.info("aggregator: reading %s after %s, tick %.2fs", STREAM, last_id, self.tick_s)
+        next_tick = self.clock() + self.tick_s
+        next_registry = self.clock() + 5.0
+        next_prune = self.clock() + 30.0
+        background: set[asyncio.Task] = set()
+        while not stop.is_set():
+            try:
+                block_ms = max(1, int((next_tick - self.clock()) * 1000))
+                response = await r.xread({STREAM: last_id}, count=2000, block=block_ms)
+                for _stream, entries in response or []:
+                    arrival = self.clock()
+                    for entry_id, fields in entries:
+                        last_id = entry_id
+                        self.ingest_entry(fields, now=arrival)
+                now = self.clock()
+                if now < next_tick:
+                    continue
+                next_tick += self.tick_s
+                if next_tick < now:
+                    next_tick = now + self.tick_s
+                if now >= next_registry or (self.has_unknown and now >= next_registry - 3.0):
+                    next_registry = now + 5.0
+                    await self._refresh_registry()
+                await self._tick(r, layer, now)
+                rows = self.close_buckets(now)
+                if rows:
+                    _spawn(background, sync_to_async(write_rollups)(rows))
+                if now >= next_prune:
+                    next_prune = now + 60.0
+                    _spawn(background, sync_to_async(prune_rollups)())
+                    await r.zremrangebyscore(INTEREST_KEY, "-inf", now)
+            except (ConnectionError, OSError, aioredis.RedisError) as exc:
+                log.warning("aggregator: redis error %s; retrying in 1s", exc)
+                await asyncio.sleep(1.0)
+        if background:
+            await asyncio.gather(*background, return_exceptions=True)
+        await r.aclose()
+
+    async def _refresh_registry(self) -> None:
+        self.set_registry(await sync_to_async(_load_registry_fresh)())
+
+    async def _tick(self, r, layer, now: float) -> None:
+        built = self.build(now)
+        interested = {
+            g.decode() if isinstance(g, bytes) else g
+            for g in await r.zrangebyscore(INTEREST_KEY, now, "+inf")
+        }
+        sends = [
+            payloads.send(layer, payloads.GROUP_FLEET, built["fleet"]),
+            payloads.send(layer, payloads.GROUP_WALL, built["wall"]),
+        ]
+        for pid, msg in built["pipelines"].items():
+            if payloads.pipeline_group(pid) in interested:
+                sends.append(payloads.send(layer, payloads.pipeline_group(pid), msg))
+        for nid, msg in built["nodes"].items():
+            if payloads.node_group(nid) in interested:
+                sends.append(payloads.send(layer, payloads.node_group(nid), msg))
+        results = await asyncio.gather(*sends, return_exceptions=True)
+        self.messages_sent += sum(1 for res in results if not isinstance(res, Exception))
+        snapshot = built["snapshot"]
+        pipe = r.pipeline(transaction=False)
+        pipe.hset(LIVE_KEY, mapping=snapshot)
+        gone = self._written_fields - set(snapshot)
+        if gone:
+            pipe.hdel(LIVE_KEY, *gone)
+        self._written_fields = set(snapshot)
+        await pipe.execute()
+
+
+def _spawn(tasks: set, coro) -> None:
+    task = asyncio.ensure_future(coro)
+    tasks.add(task)
+    task.add_done_callback(tasks.discard)
+    task.add_done_callback(_log_failure)
+
+
+def _log_failure(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("aggregator background job failed", exc_info=task.exception())
+
+
+def _text(value) -> str:
+    if isinstance(value, bytes):
+        return value.decode()
+    if value is None:
+        raise ValueError("missing")
+    return str(value)
+
+
+def _totals(state: NodeLive) -> dict:
+    t = state.total
+    last = state.last or {}
+    return {
+        "num_drafts": t.drafts,
+        "num_draft_tokens": t.draft_tokens,
+        "num_accepted_tokens": t.accepted,
+        "num_accepted_tokens_per_pos": t.per_pos,
+        "generation_tokens": t.gen_tokens,
+        "ttft_hist": t.ttft_hist,
+        "ttft_sum": t.ttft_sum,
+        "itl_hist": t.itl_hist,
+        "itl_sum": t.itl_sum,
+        "energy_draft_j": t.energy_draft,
+        "energy_verify_j": t.energy_verify,
+        "power_w": last.get("power_w"),
+        "power_source": last.get("power_source"),
+        "running": last.get("num_requests_running"),
+        "waiting": last.get("num_requests_waiting"),
+        "utilization": last.get("utilization"),
+    }
+
+
+def _rollup(scope: str, scope_id: int, resolution: int, start: datetime, data: dict) -> dict:
+    return {
+        "scope": scope,
+        "scope_id": scope_id,
+        "resolution_s": resolution,
+        "start": start,
+        "data": data,
+    }
+
+
+async def _stream_tail(r) -> bytes | str:
+    """Start after the newest entry already on the stream (no replay of a stale backlog)."""
+    last = await r.xrevrange(STREAM, count=1)
+    return last[0][0] if last else "0-0"
+
+
+def _load_registry_fresh() -> Registry:
+    from django.db import close_old_connections
+
+    close_old_connections()
+    return load_registry()
+
+
+def write_rollups(rows: list[dict]) -> int:
+    from django.db import close_old_connections
+
+    from fleet.telemetry.rollups import write
+
+    close_old_connections()
+    return write(rows)
+
+
+def prune_rollups() -> int:
+    from django.db import close_old_connections
+
+    from fleet.telemetry.rollups import prune
+
+    close_old_connections()
+    return prune()

@@ -1,0 +1,195 @@
+"""Websockets of the live console.
+
+`ws/live/`  a logged-in user with the view role. After connecting, the page subscribes:
+            {"action": "subscribe", "topic": "fleet"}
+            {"action": "subscribe", "topic": "pipeline", "id": 3}
+            {"action": "subscribe", "topic": "node", "id": 12}
+            Each subscription is authorised ONCE, here, with the same policy as the REST API
+            (`can(user, "view", obj)`); the group then receives the aggregator's batched
+            messages (fleet.telemetry.payloads) and nothing is checked per message.
+`ws/wall/`  the monitoring wall: a signed wall-link token (`?token=...`) or a logged-in
+            viewer. Read-only: joins the wall group, ignores whatever the client sends.
+
+Both authenticate BEFORE accepting: an anonymous socket is closed with 4401, an
+authenticated one without the role with 4403, and never accepted first.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import weakref
+from asyncio import get_running_loop
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+
+from fleet.accounts.access import can
+from fleet.telemetry import payloads
+from fleet.telemetry.snapshot import INTEREST_KEY, LIVE_KEY
+
+CLOSE_UNAUTHENTICATED = 4401
+CLOSE_FORBIDDEN = 4403
+INTEREST_TTL_S = 300
+MAX_SUBSCRIPTIONS = 50
+
+_clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _redis():
+    """One asyncio Redis client per event loop."""
+    import redis.asyncio as aioredis
+
+    from fleet.telemetry.ingest import redis_url
+
+    loop = get_running_loop()
+    client = _clients.get(loop)
+    if client is None:
+        client = _clients[loop] = aioredis.from_url(redis_url())
+    return client
+
+
+@database_sync_to_async
+def _viewable(topic: str, object_id) -> tuple[int, object | None]:
+    """(status, object): 404 when missing, else 200 with the object to authorise."""
+    from fleet.nodes.models import Node
+    from fleet.pipelines.models import Pipeline
+
+    model = {"pipeline": Pipeline, "node": Node}[topic]
+    if isinstance(object_id, bool) or not isinstance(object_id, int):
+        return 400, None
+    obj = model.objects.filter(pk=object_id).first()
+    return (200, obj) if obj is not None else (404, None)
+
+
+@database_sync_to_async
+def _can(user, action: str, obj=None) -> bool:
+    return can(user, action, obj)
+
+
+class _PushConsumer(AsyncWebsocketConsumer):
+    """Forwards aggregator pushes; keeps the aggregator told that its groups have readers."""
+
+    groups_joined: dict[str, float]
+
+    async def join(self, group: str, snapshot_field: str | None) -> None:
+        await self.channel_layer.group_add(group, self.channel_name)
+        self.groups_joined[group] = 0.0
+        await self._touch(group)
+        if snapshot_field:
+            raw = await _redis().hget(LIVE_KEY, snapshot_field)
+            if raw:
+                await self.send(text_data=raw.decode())
+
+    async def _touch(self, group: str) -> None:
+        now = time.time()
+        if now - self.groups_joined.get(group, 0.0) > 60:
+            self.groups_joined[group] = now
+            await _redis().zadd(INTEREST_KEY, {group: now + INTEREST_TTL_S})
+
+    async def disconnect(self, code):
+        for group in getattr(self, "groups_joined", {}):
+            await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def telemetry_push(self, event):
+        await self.send(text_data=event["text"])
+        for group in self.groups_joined:
+            if time.time() - self.groups_joined[group] > 60:
+                await self._touch(group)
+
+    async def send_json(self, message: payloads.Message) -> None:
+        await self.send(text_data=payloads.encode(message))
+
+
+class LiveConsumer(_PushConsumer):
+    async def connect(self):
+        self.groups_joined = {}
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        if not await _can(user, "view"):
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        self.user = user
+        await self.accept()
+
+    async def receive(self, text_data=None, bytes_data=None):
+        try:
+            message = json.loads(text_data or "")
+        except ValueError:
+            message = None
+        if not isinstance(message, dict) or message.get("action") != "subscribe":
+            await self._error(400, 'send {"action": "subscribe", "topic": ..., "id": ...}')
+            return
+        topic = message.get("topic")
+        if len(self.groups_joined) >= MAX_SUBSCRIPTIONS:
+            await self._error(429, "too many subscriptions on one socket")
+            return
+        if topic == "fleet":
+            group, field = payloads.GROUP_FLEET, None
+        elif topic in ("pipeline", "node"):
+            status, obj = await _viewable(topic, message.get("id"))
+            if status != 200:
+                await self._error(status, f"no such {topic}")
+                return
+            if not await _can(self.user, "view", obj):
+                await self._error(403, f"you may not view this {topic}")
+                return
+            if topic == "pipeline":
+                group, field = payloads.pipeline_group(obj.pk), f"p:{obj.pk}"
+            else:
+                group, field = payloads.node_group(obj.pk), f"n:{obj.pk}"
+        else:
+            await self._error(400, "topic must be fleet, pipeline or node")
+            return
+        if group not in self.groups_joined:
+            await self.send_json({"type": "subscribed", "group": group})
+            await self.join(group, field)
+
+    async def _error(self, code: int, detail: str) -> None:
+        await self.send_json({"type": "error", "code": code, "detail": detail})
+
+
+class WallConsumer(_PushConsumer):
+    async def connect(self):
+        self.groups_joined = {}
+        token = parse_qs(self.scope.get("query_string", b"").decode()).get("token", [None])[0]
+        link = None
+        if token:
+            link = await _wall_link(token)
+            if link is None:
+                await self.close(code=CLOSE_FORBIDDEN)  # revoked or forged link
+                return
+        else:
+            user = self.scope.get("user")
+            if user is None or not user.is_authenticated:
+                await self.close(code=CLOSE_UNAUTHENTICATED)
+                return
+            if not await _can(user, "view"):
+                await self.close(code=CLOSE_FORBIDDEN)
+                return
+        await self.accept()
+        if link is not None:  # revoking the link closes the screens showing it
+            self.link_group = payloads.wall_link_group(link.pk)
+            await self.channel_layer.group_add(self.link_group, self.channel_name)
+        await self.join(payloads.GROUP_WALL, "fleet")
+
+    async def receive(self, text_data=None, bytes_data=None):
+        return  # read-only
+
+    async def wall_revoked(self, event):
+        await self.close(code=CLOSE_FORBIDDEN)
+
+    async def disconnect(self, code):
+        await super().disconnect(code)
+        if getattr(self, "link_group", None):
+            await self.channel_layer.group_discard(self.link_group, self.channel_name)
+
+
+@database_sync_to_async
+def _wall_link(token: str):
+    from fleet.console.services import wall_link_for_token
+
+    return wall_link_for_token(token)

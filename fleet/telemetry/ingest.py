@@ -1,0 +1,109 @@
+"""Telemetry ingest: node agents put signed samples on a Redis stream; the aggregator reads it.
+
+One XADD per sample (or a pipeline of them), never an HTTP request per sample. The stream is
+capped (`MAXLEN ~ STREAM_MAXLEN`): raw samples are not kept, only rollups are.
+
+Authenticity: an agent holds its node token `tdn_...`; the control plane stores only its
+SHA-256 digest. The agent signs each sample with HMAC-SHA256 keyed by that digest (hex), so
+the aggregator verifies with what it stores and no secret ever travels or is stored in
+clear. Bad signatures are dropped and counted.
+
+    from fleet.telemetry.ingest import publish_sample
+    publish_sample(node_id, {"ts": time.time(), "interval_s": 1.0, ...}, token=plain_token)
+
+(`key=` takes the digest directly, e.g. in the simulator, which reads it from the DB.)
+The sample's keys are documented in `fleet.telemetry.samples`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Iterable
+
+import redis as redis_lib
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+from fleet.telemetry.samples import normalize
+
+STREAM = "tandem:telemetry"
+STREAM_MAXLEN = 100_000
+
+
+def signing_key(token: str) -> str:
+    """The HMAC key of a node token: its SHA-256 hex digest (what the nodes app stores)."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def sign(body: bytes | str, key: str) -> str:
+    if isinstance(body, str):
+        body = body.encode()
+    return hmac.new(key.encode(), body, hashlib.sha256).hexdigest()
+
+
+def verify(body: bytes | str, signature: str, keys: Iterable[str]) -> bool:
+    """Does `signature` match `body` under any of `keys` (a node may hold several tokens)?"""
+    return any(hmac.compare_digest(sign(body, key), signature) for key in keys)
+
+
+def encode(node_id: int, sample: dict, *, key: str) -> dict[str, str]:
+    """The stream entry for one sample: node id, canonical JSON body, signature."""
+    body = json.dumps(normalize(sample), separators=(",", ":"), sort_keys=True)
+    return {"node": str(int(node_id)), "body": body, "sig": sign(body, key)}
+
+
+_clients: dict[str, redis_lib.Redis] = {}
+
+
+def redis_url() -> str:
+    if not settings.REDIS_URL:
+        raise ImproperlyConfigured(
+            "REDIS_URL is not set and no embedded Redis is running: set REDIS_URL or start "
+            "Tandem with `make up`."
+        )
+    return settings.REDIS_URL
+
+
+def client(url: str | None = None) -> redis_lib.Redis:
+    url = url or redis_url()
+    if url not in _clients:
+        _clients[url] = redis_lib.Redis.from_url(url)
+    return _clients[url]
+
+
+def _key(token: str | None, key: str | None) -> str:
+    if (token is None) == (key is None):
+        raise ValueError("pass exactly one of token= (plain node token) or key= (its digest)")
+    return key if key is not None else signing_key(token)
+
+
+def publish_sample(
+    node_id: int,
+    sample: dict,
+    *,
+    token: str | None = None,
+    key: str | None = None,
+    redis: redis_lib.Redis | None = None,
+) -> str:
+    """Validate, sign and XADD one sample; returns the stream entry id.
+    Raises `fleet.telemetry.samples.InvalidSample` for a malformed sample."""
+    entry = encode(node_id, sample, key=_key(token, key))
+    r = redis or client()
+    entry_id = r.xadd(STREAM, entry, maxlen=STREAM_MAXLEN, approximate=True)
+    return entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+
+
+def publish_many(
+    items: Iterable[tuple[int, dict, str]], *, redis: redis_lib.Redis | None = None
+) -> int:
+    """Publish (node_id, sample, key) triples in one round trip (simulator, benchmark)."""
+    r = redis or client()
+    pipe = r.pipeline(transaction=False)
+    count = 0
+    for node_id, sample, key in items:
+        pipe.xadd(STREAM, encode(node_id, sample, key=key), maxlen=STREAM_MAXLEN, approximate=True)
+        count += 1
+    pipe.execute()
+    return count

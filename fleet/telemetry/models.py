@@ -1,0 +1,50 @@
+"""Telemetry history: rollups of the live figures at fixed resolutions, with retention.
+Raw samples are never stored (the Redis stream is capped)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.db import models
+
+
+class Scope(models.TextChoices):
+    FLEET = "fleet", "fleet"
+    PIPELINE = "pipeline", "pipeline"
+    NODE = "node", "node"
+
+
+# (scope, resolution seconds) -> how long rows are kept. Node rows are the many ones (one per
+# node per bucket), so they are kept shorter.
+RESOLUTIONS = (10, 300)
+RETENTION: dict[tuple[str, int], timedelta] = {
+    (Scope.FLEET, 10): timedelta(hours=24),
+    (Scope.FLEET, 300): timedelta(days=30),
+    (Scope.PIPELINE, 10): timedelta(hours=24),
+    (Scope.PIPELINE, 300): timedelta(days=30),
+    (Scope.NODE, 10): timedelta(hours=1),
+    (Scope.NODE, 300): timedelta(days=7),
+}
+
+
+class Rollup(models.Model):
+    """The derived figures (see `fleet.telemetry.stats.derive`) of one scope over one bucket
+    [start, start + resolution_s). `scope_id` is 0 for the fleet."""
+
+    scope = models.CharField(max_length=10, choices=Scope.choices)
+    scope_id = models.PositiveIntegerField(default=0)
+    resolution_s = models.PositiveIntegerField()
+    start = models.DateTimeField()
+    data = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["start"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["scope", "scope_id", "resolution_s", "start"], name="unique_rollup_bucket"
+            )
+        ]
+        indexes = [models.Index(fields=["resolution_s", "start"], name="rollup_res_start")]
+
+    def __str__(self) -> str:
+        return f"{self.scope}:{self.scope_id} {self.resolution_s}s @ {self.start:%H:%M:%S}"

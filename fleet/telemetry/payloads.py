@@ -1,0 +1,118 @@
+"""The websocket messages of the live console: one TypedDict per message type, one helper to
+send them to a group. The aggregator serialises a message ONCE; every consumer in the group
+forwards the same text (no per-client re-encoding)."""
+
+from __future__ import annotations
+
+import json
+from typing import Literal, NotRequired, TypedDict
+
+GROUP_FLEET = "fleet"  # full fleet updates, every node row
+GROUP_WALL = "wall"  # the same without node rows (the wall shows totals and pipelines)
+
+
+def pipeline_group(pipeline_id: int) -> str:
+    return f"pipeline-{int(pipeline_id)}"
+
+
+def node_group(node_id: int) -> str:
+    return f"node-{int(node_id)}"
+
+
+def wall_link_group(link_id: int) -> str:
+    """Screens opened with one wall link (told to close when it is revoked)."""
+    return f"walllink-{int(link_id)}"
+
+
+class NodeRow(TypedDict):
+    """One node as the fleet table shows it (compact: 1,000 of these go out twice a second)."""
+
+    id: int
+    name: str
+    state: str
+    role: str | None
+    pipeline: int | None
+    sim: bool
+    kind: str
+    power_w: float | None
+    src: str | None  # measured-nvml | measured-rapl | modeled | None (no telemetry yet)
+    util: float | None
+    batch: float | None
+    tps: float | None
+    acc: float | None
+    seen_s: float | None  # seconds since its last sample
+
+
+class PipelineSummary(TypedDict):
+    id: int
+    name: str
+    simulated: bool
+    drafters: int
+    verifiers: int
+    stats: dict  # fleet.telemetry.stats.derive()
+
+
+class FleetTotals(TypedDict):
+    nodes: int
+    states: dict[str, int]
+    power_w: float | None
+    power_source: str | None
+    tokens_per_s: float | None
+    tokens_per_j: float | None
+    simulated_nodes: int
+
+
+class FleetUpdate(TypedDict):
+    type: Literal["fleet.update"]
+    ts: float  # when the aggregator built it
+    newest_ts: float | None  # newest sample it includes (lag = receive time - newest_ts)
+    totals: FleetTotals
+    stats: dict
+    pipelines: list[PipelineSummary]
+    nodes: NotRequired[list[NodeRow]]  # absent in the wall's summary
+
+
+class PipelineUpdate(TypedDict):
+    type: Literal["pipeline.update"]
+    ts: float
+    newest_ts: float | None
+    pipeline: PipelineSummary
+    config: dict
+    nodes: list[NodeRow]
+
+
+class NodeUpdate(TypedDict):
+    type: Literal["node.update"]
+    ts: float
+    newest_ts: float | None
+    node: NodeRow
+    stats: dict
+
+
+class Subscribed(TypedDict):
+    type: Literal["subscribed"]
+    group: str
+
+
+class ErrorMessage(TypedDict):
+    type: Literal["error"]
+    code: int
+    detail: str
+
+
+Message = FleetUpdate | PipelineUpdate | NodeUpdate | Subscribed | ErrorMessage
+
+
+def encode(message: Message) -> str:
+    return json.dumps(message, separators=(",", ":"), allow_nan=False)
+
+
+def channel_message(message: Message | str) -> dict:
+    """The channel-layer event consumers handle with `telemetry_push`."""
+    text = message if isinstance(message, str) else encode(message)
+    return {"type": "telemetry.push", "text": text}
+
+
+async def send(layer, group: str, message: Message | str) -> None:
+    """The one way a console message reaches a websocket group."""
+    await layer.group_send(group, channel_message(message))

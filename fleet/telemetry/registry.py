@@ -1,0 +1,84 @@
+"""What the aggregator needs to know from the database, loaded in one go and refreshed every
+few seconds: nodes (state, profile, placement), pipelines (configuration) and the digests of
+active node tokens (to verify sample signatures)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fleet.nodes.models import Node, NodeToken
+from fleet.pipelines.models import Pipeline, Placement
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    id: int
+    name: str
+    state: str
+    simulated: bool
+    profile: str
+    kind: str
+    pipeline_id: int | None
+    role: str | None  # placement role; None when the node is not placed
+
+
+@dataclass(frozen=True)
+class PipelineInfo:
+    id: int
+    name: str
+    simulated: bool
+    config: dict
+
+
+@dataclass
+class Registry:
+    nodes: dict[int, NodeInfo] = field(default_factory=dict)
+    pipelines: dict[int, PipelineInfo] = field(default_factory=dict)
+    keys: dict[int, list[str]] = field(default_factory=dict)
+
+
+def pipeline_config(p: Pipeline) -> dict:
+    return {
+        "target_model": p.target_model,
+        "drafter_kind": p.drafter_kind,
+        "draft_model": p.draft_model,
+        "k_policy": p.k_policy,
+        "max_verify_batch": p.max_verify_batch,
+        "max_batch_wait_ms": p.max_batch_wait_ms,
+        "version": p.version,
+    }
+
+
+def load_registry() -> Registry:
+    placements = {
+        pl.node_id: (pl.pipeline_id, pl.role)
+        for pl in Placement.objects.only("node_id", "pipeline_id", "role")
+    }
+    nodes = {}
+    for n in (
+        Node.objects.not_retired()
+        .select_related("profile")
+        .only("id", "name", "state", "simulated", "profile__slug", "profile__kind")
+    ):
+        pipeline_id, role = placements.get(n.id, (None, None))
+        nodes[n.id] = NodeInfo(
+            id=n.id,
+            name=n.name,
+            state=n.state,
+            simulated=n.simulated,
+            profile=n.profile.slug,
+            kind=n.profile.kind,
+            pipeline_id=pipeline_id,
+            role=role,
+        )
+    pipelines = {
+        p.id: PipelineInfo(id=p.id, name=p.name, simulated=p.simulated, config=pipeline_config(p))
+        for p in Pipeline.objects.all()
+    }
+    keys: dict[int, list[str]] = {}
+    for node_id, token_hash in NodeToken.objects.filter(revoked_at__isnull=True).values_list(
+        "node_id", "token_hash"
+    ):
+        if node_id in nodes:
+            keys.setdefault(node_id, []).append(token_hash)
+    return Registry(nodes=nodes, pipelines=pipelines, keys=keys)

@@ -1,0 +1,69 @@
+"""Rollup storage: write the aggregator's buckets, prune by retention, read chart series."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.utils import timezone
+
+from fleet.telemetry.models import RETENTION, Rollup
+
+# Figures a chart may ask for (keys of fleet.telemetry.stats.derive()).
+SERIES_FIELDS = (
+    "acceptance_rate",
+    "mean_acceptance_length",
+    "per_position_acceptance",
+    "alpha",
+    "tokens_per_s",
+    "batch_mean",
+    "itl_p50_ms",
+    "itl_p99_ms",
+    "ttft_p50_ms",
+    "power_w",
+    "power_draft_w",
+    "power_verify_w",
+    "power_source",
+    "tokens_per_j",
+    "tokens_per_j_draft",
+    "tokens_per_j_verify",
+    "utilization",
+    "queue_depth",
+)
+
+
+def write(rows: list[dict]) -> int:
+    objs = [Rollup(**row) for row in rows]
+    Rollup.objects.bulk_create(objs, batch_size=500, ignore_conflicts=True)
+    return len(objs)
+
+
+def prune(now: datetime | None = None) -> int:
+    now = now or timezone.now()
+    deleted = 0
+    for (scope, resolution), keep in RETENTION.items():
+        deleted += Rollup.objects.filter(
+            scope=scope, resolution_s=resolution, start__lt=now - keep
+        ).delete()[0]
+    return deleted
+
+
+def series(
+    scope: str, scope_id: int = 0, *, minutes: int = 30, resolution: int | None = None
+) -> dict:
+    """Chart data for the last `minutes`: {"t": [iso...], "<field>": [values...]}. Picks the
+    10 s resolution up to 6 hours, 5 min beyond."""
+    if resolution is None:
+        resolution = 10 if minutes <= 360 else 300
+    since = timezone.now() - timedelta(minutes=minutes)
+    rows = Rollup.objects.filter(
+        scope=scope, scope_id=scope_id, resolution_s=resolution, start__gte=since
+    ).values_list("start", "data")
+    out: dict[str, list] = {"t": []}
+    for field in SERIES_FIELDS:
+        out[field] = []
+    for start, data in rows:
+        # a point sits at the end of its bucket, where the live points continue
+        out["t"].append((start + timedelta(seconds=resolution)).timestamp())
+        for field in SERIES_FIELDS:
+            out[field].append(data.get(field))
+    return out

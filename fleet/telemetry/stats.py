@@ -1,0 +1,241 @@
+"""The arithmetic of live telemetry: additive accumulators of samples and the figures derived
+from them. Pure Python, no Django: the aggregator, the rollups and the tests share it.
+
+An `Acc` holds sums over samples (counters, histograms, and time integrals of gauges:
+power x seconds, utilization x seconds, ...). Accumulators add and subtract exactly, so a
+sliding window is "add the new sample, subtract the expired one", and a pipeline is the sum of
+its nodes. `derive()` turns an accumulator into the figures on the screens:
+
+- acceptance rate            accepted / draft tokens            (not alpha)
+- mean acceptance length     1 + accepted / drafts              (vLLM's definition)
+- per-position acceptance    accepted at position i / drafts
+- alpha (estimated)          ratio of consecutive positions, pooled:
+                             sum_i a_i / (drafts + sum_{i<K-1} a_i), with a_i the accepted
+                             count at position i (position -1 is "every draft")
+- goodput                    generation tokens (accepted + bonus) per second
+- verify batch size          mean and histogram over verify steps
+- ITL / TTFT p50, p99        from the latency histograms (Prometheus-style interpolation)
+- power W and tokens/J       total, drafting and verification; `power_source` says
+                             measured | modeled | mixed (mixed: part of it is modeled)
+"""
+
+from __future__ import annotations
+
+from fleet.telemetry.samples import LATENCY_BUCKETS, N_BUCKETS
+
+SCALARS = (
+    "dur",  # node-seconds covered
+    "n",  # samples
+    "measured_dur",
+    "modeled_dur",
+    "drafts",
+    "draft_tokens",
+    "accepted",
+    "gen_tokens",
+    "finished",
+    "draft_steps",
+    "draft_step_sum",
+    "verify_steps",
+    "verify_step_sum",
+    "energy_draft",
+    "energy_verify",
+    "power_int",
+    "util_int",
+    "queue_int",
+    "running_int",
+    "waiting_int",
+    "kv_int",
+    "kv_total_int",
+    "ttft_sum",
+    "itl_sum",
+)
+
+
+class Acc:
+    __slots__ = (*SCALARS, "per_pos", "ttft_hist", "itl_hist", "batch_hist")
+
+    def __init__(self) -> None:
+        for name in SCALARS:
+            setattr(self, name, 0.0)
+        self.per_pos: list[float] = []
+        self.ttft_hist: list[float] = [0.0] * N_BUCKETS
+        self.itl_hist: list[float] = [0.0] * N_BUCKETS
+        self.batch_hist: dict[int, float] = {}
+
+    # --- feeding --------------------------------------------------------------------------
+    def add_sample(self, s: dict, sign: int = 1) -> None:
+        """Add (sign=1) or remove (sign=-1) one normalized sample."""
+        dt = s["interval_s"]
+        self.dur += sign * dt
+        self.n += sign
+        if s["power_source"] == "modeled":
+            self.modeled_dur += sign * dt
+        else:
+            self.measured_dur += sign * dt
+        self.drafts += sign * s["num_drafts"]
+        self.draft_tokens += sign * s["num_draft_tokens"]
+        self.accepted += sign * s["num_accepted_tokens"]
+        self.gen_tokens += sign * s["generation_tokens"]
+        self.finished += sign * s["requests_finished"]
+        self.draft_steps += sign * s["draft_steps"]
+        self.draft_step_sum += sign * s["draft_steps"] * s["draft_step_s"]
+        steps = 0
+        hist = self.batch_hist
+        for size, count in s["verify_batch_hist"].items():
+            size = int(size)
+            hist[size] = hist.get(size, 0.0) + sign * count
+            if hist[size] <= 1e-9:
+                del hist[size]
+            steps += count
+        self.verify_steps += sign * steps
+        self.verify_step_sum += sign * steps * s["verify_step_s"]
+        energy = s["energy_j"]
+        self.energy_draft += sign * energy["draft"]
+        self.energy_verify += sign * energy["verify"]
+        self.power_int += sign * s["power_w"] * dt
+        self.util_int += sign * s["utilization"] * dt
+        self.queue_int += sign * s["queue_depth"] * dt
+        self.running_int += sign * s["num_requests_running"] * dt
+        self.waiting_int += sign * s["num_requests_waiting"] * dt
+        self.kv_int += sign * s["kv_slots_used"] * dt
+        self.kv_total_int += sign * s["kv_slots_total"] * dt
+        self.ttft_sum += sign * s["ttft_sum"]
+        self.itl_sum += sign * s["itl_sum"]
+        pos = s["num_accepted_tokens_per_pos"]
+        if len(pos) > len(self.per_pos):
+            self.per_pos.extend([0.0] * (len(pos) - len(self.per_pos)))
+        for i, v in enumerate(pos):
+            self.per_pos[i] += sign * v
+        for i, v in enumerate(s["ttft_hist"]):
+            if v:
+                self.ttft_hist[i] += sign * v
+        for i, v in enumerate(s["itl_hist"]):
+            if v:
+                self.itl_hist[i] += sign * v
+
+    def add(self, other: Acc, scale: float = 1.0) -> None:
+        """self += other * scale."""
+        for name in SCALARS:
+            setattr(self, name, getattr(self, name) + scale * getattr(other, name))
+        if len(other.per_pos) > len(self.per_pos):
+            self.per_pos.extend([0.0] * (len(other.per_pos) - len(self.per_pos)))
+        for i, v in enumerate(other.per_pos):
+            self.per_pos[i] += scale * v
+        for i in range(N_BUCKETS):
+            self.ttft_hist[i] += scale * other.ttft_hist[i]
+            self.itl_hist[i] += scale * other.itl_hist[i]
+        for size, count in other.batch_hist.items():
+            self.batch_hist[size] = self.batch_hist.get(size, 0.0) + scale * count
+
+    def add_rates_of(self, node: Acc) -> None:
+        """Add a node's window normalised to one second: summing these gives fleet rates
+        (tokens/s, W) and node-weighted means, whatever each node's window length."""
+        if node.dur > 0:
+            self.add(node, 1.0 / node.dur)
+
+    def copy(self) -> Acc:
+        clone = Acc()
+        clone.add(self)
+        return clone
+
+    @property
+    def empty(self) -> bool:
+        return self.n <= 0
+
+
+def quantile(hist: list[float], q: float) -> float | None:
+    """Quantile from bucket counts (last bucket +Inf), linear within a bucket."""
+    total = sum(hist)
+    if total <= 0:
+        return None
+    rank = q * total
+    seen = 0.0
+    for i, count in enumerate(hist):
+        if count <= 0:
+            continue
+        if seen + count >= rank:
+            if i >= len(LATENCY_BUCKETS):
+                return LATENCY_BUCKETS[-1]
+            lower = LATENCY_BUCKETS[i - 1] if i > 0 else 0.0
+            upper = LATENCY_BUCKETS[i]
+            return lower + (upper - lower) * max(0.0, rank - seen) / count
+        seen += count
+    return LATENCY_BUCKETS[-1]
+
+
+def estimate_alpha(drafts: float, per_pos: list[float]) -> float | None:
+    if drafts <= 0 or not per_pos:
+        return None
+    numerator = sum(per_pos)
+    denominator = drafts + sum(per_pos[:-1])
+    return numerator / denominator if denominator > 0 else None
+
+
+def _ratio(a: float, b: float, digits: int = 4) -> float | None:
+    return round(a / b, digits) if b > 0 else None
+
+
+def power_source_of(acc: Acc) -> str | None:
+    if acc.dur <= 0:
+        return None
+    if acc.modeled_dur <= 1e-9:
+        return "measured"
+    if acc.measured_dur <= 1e-9:
+        return "modeled"
+    return "mixed"
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000.0, 2)
+
+
+def derive(acc: Acc, span_s: float) -> dict:
+    """The screen figures of `acc`. Rates (tokens/s, W, gauges) divide by `span_s`: a node's
+    window length, 1.0 for a sum of `add_rates_of`, or a rollup bucket's length."""
+    span = span_s if (span_s > 0 and acc.dur > 1e-9) else 0.0  # no data: no rates, not 0
+    tokens_per_s = acc.gen_tokens / span if span else None
+    power_w = acc.power_int / span if span else None
+    draft_w = acc.energy_draft / span if span else None
+    verify_w = acc.energy_verify / span if span else None
+    energy = acc.energy_draft + acc.energy_verify
+    batch_steps = sum(acc.batch_hist.values())
+    batch_mean = (
+        sum(size * count for size, count in acc.batch_hist.items()) / batch_steps
+        if batch_steps > 0
+        else None
+    )
+    drafts = acc.drafts
+    per_pos = [round(v / drafts, 4) for v in acc.per_pos] if drafts > 0 else []
+    alpha = estimate_alpha(drafts, acc.per_pos)
+    return {
+        "acceptance_rate": _ratio(acc.accepted, acc.draft_tokens),
+        "mean_acceptance_length": round(1 + acc.accepted / drafts, 4) if drafts > 0 else None,
+        "per_position_acceptance": per_pos,
+        "alpha": round(alpha, 4) if alpha is not None else None,
+        "tokens_per_s": _round(tokens_per_s, 2),
+        "draft_tokens_per_s": _round(acc.draft_tokens / span if span else None, 2),
+        "batch_mean": _round(batch_mean, 2),
+        "batch_hist": {str(k): round(v, 3) for k, v in sorted(acc.batch_hist.items())},
+        "itl_p50_ms": _ms(quantile(acc.itl_hist, 0.5)),
+        "itl_p99_ms": _ms(quantile(acc.itl_hist, 0.99)),
+        "ttft_p50_ms": _ms(quantile(acc.ttft_hist, 0.5)),
+        "ttft_p99_ms": _ms(quantile(acc.ttft_hist, 0.99)),
+        "draft_step_ms": _ms(acc.draft_step_sum / acc.draft_steps if acc.draft_steps else None),
+        "verify_step_ms": _ms(acc.verify_step_sum / acc.verify_steps if acc.verify_steps else None),
+        "power_w": _round(power_w, 1),
+        "power_draft_w": _round(draft_w, 1),
+        "power_verify_w": _round(verify_w, 1),
+        "power_source": power_source_of(acc),
+        "tokens_per_j": _ratio(acc.gen_tokens, energy),
+        "tokens_per_j_draft": _ratio(acc.gen_tokens, acc.energy_draft),
+        "tokens_per_j_verify": _ratio(acc.gen_tokens, acc.energy_verify),
+        "utilization": _ratio(acc.util_int, acc.dur, 3),
+        "queue_depth": _round(acc.queue_int / span if span else None, 1),
+        "running": _round(acc.running_int / span if span else None, 1),
+        "waiting": _round(acc.waiting_int / span if span else None, 1),
+        "kv_slots_used": _round(acc.kv_int / span if span else None, 1),
+    }
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)

@@ -1,0 +1,163 @@
+"""Ingest -> aggregator core -> live messages and rollups (real Redis stream, test DB)."""
+
+import json
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from fleet.telemetry.aggregator import Aggregator
+from fleet.telemetry.ingest import STREAM, client, encode, publish_sample
+from fleet.telemetry.models import Rollup
+from fleet.telemetry.registry import load_registry
+from fleet.telemetry.rollups import prune, series, write
+from fleet.telemetry.samples import InvalidSample
+from tests.telemetry import factories as f
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def fleet_setup():
+    p = f.pipeline()
+    v, v_token = f.node(name="gpu-1")
+    d, d_token = f.node(name="sram-1", simulated=True)
+    f.place(v, p, "verify")
+    f.place(d, p, "draft")
+    idle, _ = f.node(name="idle-1", state="lost")
+    return {"pipeline": p, "v": (v, v_token), "d": (d, d_token), "idle": idle}
+
+
+def _agg(now=1000.0):
+    agg = Aggregator(clock=lambda: now)
+    agg.set_registry(load_registry())
+    return agg
+
+
+def test_publish_sample_puts_a_signed_entry_on_the_stream(fleet_setup):
+    v, token = fleet_setup["v"]
+    entry_id = publish_sample(v.id, f.verify_sample(), token=token)
+    [(got_id, fields)] = client().xrange(STREAM, min=entry_id, max=entry_id)
+    assert fields[b"node"] == str(v.id).encode()
+    body = json.loads(fields[b"body"])
+    assert body["num_accepted_tokens"] == 24 and len(fields[b"sig"]) == 64
+    agg = _agg()
+    assert agg.ingest_entry(fields, now=1000.0)
+    with pytest.raises(InvalidSample):
+        publish_sample(v.id, {"ts": "bad"}, token=token)
+    with pytest.raises(ValueError):
+        publish_sample(v.id, f.verify_sample())  # neither token nor key
+
+
+def test_bad_signatures_and_unknown_nodes_are_dropped_and_counted(fleet_setup):
+    v, token = fleet_setup["v"]
+    agg = _agg()
+    forged = encode(v.id, f.verify_sample(), key=f.key_of("tdn_wrong_token"))
+    assert not agg.ingest_entry(forged, now=1000.0)
+    assert agg.dropped["bad_signature"] == 1
+    tampered = encode(v.id, f.verify_sample(), key=f.key_of(token))
+    tampered["body"] = tampered["body"].replace(
+        '"num_accepted_tokens":24', '"num_accepted_tokens":40'
+    )
+    assert not agg.ingest_entry(tampered, now=1000.0)
+    assert agg.dropped["bad_signature"] == 2
+    # another node's valid token does not sign for this node
+    _, d_token = fleet_setup["d"]
+    assert not agg.ingest_entry(encode(v.id, f.verify_sample(), key=f.key_of(d_token)), now=1000.0)
+    # unknown node: held until the next registry refresh, then dropped
+    assert not agg.ingest_entry(encode(999_999, f.verify_sample(), key="x"), now=1000.0)
+    assert agg.has_unknown
+    agg.set_registry(load_registry())
+    assert agg.dropped["unknown_node"] == 1 and not agg.has_unknown
+    assert agg.samples_ok == 0
+
+
+def test_a_node_registered_after_its_first_sample_is_picked_up(fleet_setup):
+    agg = _agg()
+    late, token = f.node(name="late-1")
+    assert not agg.ingest_entry(encode(late.id, f.verify_sample(), key=f.key_of(token)), now=1000.0)
+    agg.set_registry(load_registry())
+    assert agg.samples_ok == 1
+
+
+def test_revoked_token_stops_signing(fleet_setup):
+    v, token = fleet_setup["v"]
+    v.tokens.update(revoked_at=timezone.now())
+    agg = _agg()
+    assert not agg.ingest_entry(encode(v.id, f.verify_sample(), key=f.key_of(token)), now=1000.0)
+    assert agg.dropped["bad_signature"] == 1
+
+
+def test_build_fleet_pipeline_and_node_messages(fleet_setup):
+    (v, vt), (d, dt) = fleet_setup["v"], fleet_setup["d"]
+    p = fleet_setup["pipeline"]
+    agg = _agg()
+    for i in range(3):
+        agg.ingest_entry(
+            encode(v.id, f.verify_sample(ts=997.0 + i), key=f.key_of(vt)), now=998.0 + i
+        )
+        agg.ingest_entry(
+            encode(d.id, f.draft_sample(ts=997.0 + i), key=f.key_of(dt)), now=998.0 + i
+        )
+    built = agg.build(1000.0)
+    fleet = built["fleet"]
+    assert fleet["newest_ts"] == 999.0
+    assert fleet["totals"]["nodes"] == 3
+    assert fleet["totals"]["states"] == {"online": 2, "lost": 1}
+    assert fleet["totals"]["power_w"] == pytest.approx(400)
+    assert fleet["totals"]["power_source"] == "mixed"
+    assert fleet["totals"]["tokens_per_s"] == pytest.approx(34)
+    assert fleet["totals"]["simulated_nodes"] == 1
+    rows = {r["name"]: r for r in fleet["nodes"]}
+    assert rows["gpu-1"]["role"] == "verify" and rows["gpu-1"]["batch"] == 8
+    assert rows["gpu-1"]["src"] == "measured-nvml"
+    assert rows["sram-1"]["src"] == "modeled" and rows["sram-1"]["sim"] is True
+    assert rows["idle-1"]["state"] == "lost" and rows["idle-1"]["power_w"] is None
+    assert "nodes" not in built["wall"]
+    pmsg = built["pipelines"][p.id]
+    assert pmsg["pipeline"]["drafters"] == 1 and pmsg["pipeline"]["verifiers"] == 1
+    stats = pmsg["pipeline"]["stats"]
+    assert stats["acceptance_rate"] == pytest.approx(0.6)
+    assert stats["mean_acceptance_length"] == pytest.approx(3.4)
+    assert stats["tokens_per_j_draft"] == pytest.approx(0.34)
+    assert pmsg["config"]["k_policy"] == {"mode": "fixed", "k": 4}
+    assert built["nodes"][v.id]["stats"]["acceptance_rate"] == pytest.approx(0.6)
+    snap = json.loads(built["snapshot"][f"n:{v.id}"])
+    assert snap["totals"]["num_drafts"] == 30
+    # the window slides: nothing new for > 5 s empties the live figures
+    later = agg.build(1010.0)
+    assert later["fleet"]["totals"]["power_w"] is None
+    assert later["nodes"][v.id]["node"]["power_w"] is None
+
+
+def test_rollups_written_pruned_and_charted(fleet_setup):
+    (v, vt) = fleet_setup["v"]
+    p = fleet_setup["pipeline"]
+    start = 1_700_000_100.0  # a multiple of 10 and 300 s
+    agg = Aggregator(clock=lambda: start)
+    agg.set_registry(load_registry())
+    for i in range(10):
+        agg.ingest_entry(
+            encode(v.id, f.verify_sample(ts=start + i), key=f.key_of(vt)), now=start + i
+        )
+    assert agg.close_buckets(start + 9.9) == []
+    rows = agg.close_buckets(start + 10.1)
+    scopes = {(r["scope"], r["scope_id"], r["resolution_s"]) for r in rows}
+    assert scopes == {("node", v.id, 10), ("pipeline", p.id, 10), ("fleet", 0, 10)}
+    fleet_row = next(r for r in rows if r["scope"] == "fleet")
+    assert fleet_row["data"]["tokens_per_s"] == pytest.approx(34)
+    assert fleet_row["data"]["power_w"] == pytest.approx(300)
+    write(rows)
+    write(rows)  # idempotent per bucket
+    assert Rollup.objects.count() == 3
+    long_rows = agg.close_buckets(start + 300.5)
+    assert {r["resolution_s"] for r in long_rows} == {300}
+    assert next(r for r in long_rows if r["scope"] == "fleet")["data"]["tokens_per_s"] == (
+        pytest.approx(34 * 10 / 300, abs=0.01)
+    )
+    Rollup.objects.update(start=timezone.now() - timedelta(minutes=5))
+    chart = series("pipeline", p.id, minutes=30)
+    assert chart["acceptance_rate"] == [pytest.approx(0.6)] and len(chart["t"]) == 1
+    Rollup.objects.filter(scope="node").update(start=timezone.now() - timedelta(hours=2))
+    assert prune() == 1
+    assert Rollup.objects.count() == 2

@@ -1,0 +1,135 @@
+"""Websockets: authenticate before accept, authorise each subscription once, wall links."""
+
+import json
+import time
+
+import pytest
+import redis.asyncio as aioredis
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
+from django.conf import settings
+from django.test import Client
+
+from fleet.asgi import application
+from fleet.console.services import wall_link_create, wall_link_revoke
+from fleet.telemetry.aggregator import Aggregator
+from fleet.telemetry.ingest import encode
+from fleet.telemetry.registry import load_registry
+from tests.telemetry import factories as f
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
+
+
+@sync_to_async
+def _cookie(user) -> bytes:
+    client = Client()
+    client.force_login(user)
+    return f"sessionid={client.cookies['sessionid'].value}".encode()
+
+
+async def _socket(path: str, user=None) -> WebsocketCommunicator:
+    headers = [(b"origin", b"http://testserver"), (b"host", b"testserver")]
+    if user is not None:
+        headers.append((b"cookie", await _cookie(user)))
+    return WebsocketCommunicator(application, path, headers=headers)
+
+
+async def _refused_with(path: str, user=None) -> int | None:
+    comm = await _socket(path, user)
+    connected, code = await comm.connect()
+    assert not connected
+    return code
+
+
+async def test_anonymous_and_roleless_users_are_refused_before_accept(outsider):
+    assert await _refused_with("/ws/live/") == 4401
+    assert await _refused_with("/ws/live/", outsider) == 4403
+    assert await _refused_with("/ws/wall/") == 4401
+    assert await _refused_with("/ws/wall/", outsider) == 4403
+
+
+@sync_to_async
+def _world():
+    p = f.pipeline()
+    v, token = f.node(name="gpu-1")
+    f.place(v, p, "verify")
+    return p, v, token
+
+
+async def _tick_with(v, token) -> None:
+    """One aggregator tick with one fresh sample of node v, through the real layer."""
+    agg = Aggregator()
+    agg.set_registry(await sync_to_async(load_registry)())
+    now = time.time()
+    agg.ingest_entry(encode(v.id, f.verify_sample(ts=now), key=f.key_of(token)), now=now)
+    r = aioredis.from_url(settings.REDIS_URL)
+    await agg._tick(r, get_channel_layer(), now)
+    await r.aclose()
+
+
+async def test_viewer_subscribes_and_receives_batched_updates(viewer):
+    p, v, token = await _world()
+    comm = await _socket("/ws/live/", viewer)
+    connected, _ = await comm.connect()
+    assert connected
+    await comm.send_json_to({"action": "subscribe", "topic": "pipeline", "id": 999999})
+    assert (await comm.receive_json_from())["code"] == 404
+    await comm.send_json_to({"action": "subscribe", "topic": "pipeline", "id": "1; drop"})
+    assert (await comm.receive_json_from())["code"] == 400
+    await comm.send_json_to({"action": "dance"})
+    assert (await comm.receive_json_from())["code"] == 400
+    await comm.send_json_to({"action": "subscribe", "topic": "fleet"})
+    assert await comm.receive_json_from() == {"type": "subscribed", "group": "fleet"}
+    await comm.send_json_to({"action": "subscribe", "topic": "pipeline", "id": p.id})
+    assert (await comm.receive_json_from())["group"] == f"pipeline-{p.id}"
+    await _tick_with(v, token)
+    got = {}
+    for _ in range(2):
+        msg = await comm.receive_json_from(timeout=5)
+        got[msg["type"]] = msg
+    assert got["fleet.update"]["nodes"][0]["name"] == "gpu-1"
+    assert got["pipeline.update"]["pipeline"]["stats"]["acceptance_rate"] == pytest.approx(0.6)
+    await comm.disconnect()
+
+
+async def test_a_late_subscriber_gets_the_snapshot_first(viewer):
+    p, v, token = await _world()
+    await _tick_with(v, token)
+    comm = await _socket("/ws/live/", viewer)
+    assert (await comm.connect())[0]
+    await comm.send_json_to({"action": "subscribe", "topic": "node", "id": v.id})
+    assert (await comm.receive_json_from())["type"] == "subscribed"
+    snap = await comm.receive_json_from()
+    assert snap["type"] == "node.update" and snap["node"]["name"] == "gpu-1"
+    await comm.disconnect()
+
+
+async def test_wall_link_grants_the_wall_only_and_revocation_closes_it(admin):
+    p, v, token = await _world()
+    link, wall = await sync_to_async(wall_link_create)(name="NOC", actor=admin)
+    # the token opens the wall ...
+    comm = await _socket(f"/ws/wall/?token={wall}")
+    connected, _ = await comm.connect()
+    assert connected
+    await _tick_with(v, token)
+    msg = await comm.receive_json_from(timeout=5)
+    assert msg["type"] == "fleet.update" and "nodes" not in msg
+    comm_live = await _socket(f"/ws/live/?token={wall}")  # ... and nothing else
+    assert (await comm_live.connect()) == (False, 4401)
+    assert await _refused_with(f"/ws/wall/?token={wall[:-2]}xx") == 4403
+    # revoking closes the open screen and refuses new ones
+    await sync_to_async(wall_link_revoke)(link=link, actor=admin)
+    closed = await comm.receive_output(timeout=5)
+    while closed["type"] != "websocket.close":
+        closed = await comm.receive_output(timeout=5)
+    assert closed["code"] == 4403
+    assert await _refused_with(f"/ws/wall/?token={wall}") == 4403
+
+
+async def test_wall_socket_for_a_logged_in_viewer(viewer):
+    comm = await _socket("/ws/wall/", viewer)
+    assert (await comm.connect())[0]
+    await comm.send_to(text_data=json.dumps({"action": "subscribe", "topic": "fleet"}))
+    assert await comm.receive_nothing(timeout=0.3)  # read-only: ignored
+    await comm.disconnect()
