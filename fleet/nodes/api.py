@@ -16,7 +16,7 @@ from fleet.accounts.errors import Conflict
 from fleet.nodes import selectors, services
 from fleet.nodes.authentication import IsNodeAgentForNode
 from fleet.nodes.filters import NodeFilter, ProfileFilter
-from fleet.nodes.models import IllegalTransition, Node, StaleVersion
+from fleet.nodes.models import Node, NodeConflict
 from fleet.nodes.serializers import (
     HeartbeatReplySerializer,
     HeartbeatSerializer,
@@ -63,10 +63,11 @@ def expected_version(request, body_version: int | None = None) -> int | None:
 
 
 class RegistryErrorsMixin:
-    """Illegal transitions and stale versions are 409 with the reason."""
+    """Illegal transitions, stale versions and other registry conflicts are 409 with the
+    reason."""
 
     def handle_exception(self, exc):
-        if isinstance(exc, IllegalTransition | StaleVersion):
+        if isinstance(exc, NodeConflict):
             exc = Conflict(detail=str(exc), code=exc.code)
         return super().handle_exception(exc)
 

@@ -30,21 +30,30 @@ from fleet.nodes.validators import (
 _non_negative = [MinValueValidator(0)]
 
 
-class IllegalTransition(Exception):
-    """A state change the transition table does not allow (the API answers 409)."""
+class NodeConflict(Exception):
+    """The node is in a state or version that does not allow this (the API answers 409
+    with the message as the reason)."""
+
+    code = "conflict"
+
+
+class IllegalTransition(NodeConflict):
+    """A state change the transition table (or the action) does not allow."""
 
     code = "illegal_transition"
 
-    def __init__(self, node: Node, to: str):
+    def __init__(self, node: Node, to: str, *, reason: str = ""):
         self.current, self.to = str(node.state), str(to)
+        if not reason and node.state in TERMINAL_STATES:
+            reason = "retired is final"
         super().__init__(
             f"Node {node.name!r} cannot go from {self.current!r} to {self.to!r}"
-            + (" (retired is final)." if node.state in TERMINAL_STATES else ".")
+            + (f" ({reason})." if reason else ".")
         )
 
 
-class StaleVersion(Exception):
-    """The node changed since the client read it (the API answers 409)."""
+class StaleVersion(NodeConflict):
+    """The node changed since the client read it."""
 
     code = "stale_version"
 

@@ -17,7 +17,14 @@ from django.utils import timezone
 
 from fleet.accounts.secrets import new_secret
 from fleet.nodes.choices import WATCHED_STATES, NodeState
-from fleet.nodes.models import HardwareProfile, IllegalTransition, Node, NodeTelemetry, NodeToken
+from fleet.nodes.models import (
+    HardwareProfile,
+    IllegalTransition,
+    Node,
+    NodeConflict,
+    NodeTelemetry,
+    NodeToken,
+)
 from fleet.nodes.validators import normalize_roles
 
 logger = logging.getLogger(__name__)
@@ -110,12 +117,21 @@ def node_update(*, node: Node, expected_version: int | None = None, actor=None, 
 
 @transaction.atomic
 def node_transition(
-    *, node: Node, to: str, expected_version: int | None = None, actor=None
+    *,
+    node: Node,
+    to: str,
+    only_from: frozenset[str] | None = None,
+    expected_version: int | None = None,
+    actor=None,
 ) -> Node:
-    """Moves a node to state `to` if the transition table allows it (IllegalTransition
-    otherwise); retiring also revokes the node's tokens."""
+    """Moves a node to state `to` if the transition table allows it (and, for actions
+    narrower than the table, if it is in one of `only_from`); IllegalTransition otherwise.
+    Retiring also revokes the node's tokens."""
     node = _locked(node)
     node.check_version(expected_version)
+    if only_from is not None and node.state not in only_from:
+        allowed = " or ".join(sorted(only_from))
+        raise IllegalTransition(node, to, reason=f"only a {allowed} node can do this")
     node.transition(to)
     node.save(update_fields=["state", "version", "updated"])
     if to == NodeState.RETIRED:
@@ -132,12 +148,14 @@ def node_drain(*, node: Node, expected_version: int | None = None, actor=None) -
 
 
 def node_return(*, node: Node, expected_version: int | None = None, actor=None) -> Node:
-    """Return a drained node to service."""
-    if node.state != NodeState.DRAINING:
-        # Only draining nodes "return"; say so instead of a generic transition error.
-        raise IllegalTransition(node, NodeState.ONLINE)
+    """Return a drained node to service (only a draining node returns; a lost one comes
+    back by itself with its next heartbeat)."""
     return node_transition(
-        node=node, to=NodeState.ONLINE, expected_version=expected_version, actor=actor
+        node=node,
+        to=NodeState.ONLINE,
+        only_from=frozenset({NodeState.DRAINING}),
+        expected_version=expected_version,
+        actor=actor,
     )
 
 
@@ -167,7 +185,7 @@ def node_token_rotate(*, node: Node, actor=None) -> tuple[NodeToken, str]:
     """Revokes the node's tokens and issues a new one (returned once, in plain)."""
     node = _locked(node)
     if node.state == NodeState.RETIRED:
-        raise IllegalTransition(node, NodeState.RETIRED)
+        raise NodeConflict(f"Node {node.name!r} is retired: it gets no new tokens.")
     _revoke_tokens(node)
     plain = _issue_token(node)
     token = NodeToken.objects.get(node=node, revoked_at__isnull=True)

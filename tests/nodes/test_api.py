@@ -118,7 +118,10 @@ def test_state_actions_and_illegal_transitions_are_409_with_the_reason(as_person
     assert bob.post(f"{base}/return").json()["state"] == "online"
     response = bob.post(f"{base}/return")
     assert response.status_code == 409
-    assert response.json()["detail"] == (f"Node '{node.name}' cannot go from 'online' to 'online'.")
+    assert response.json()["detail"] == (
+        f"Node '{node.name}' cannot go from 'online' to 'online' "
+        "(only a draining node can do this)."
+    )
     assert bob.post(f"{base}/drain", HTTP_IF_MATCH='"1"').status_code == 409  # stale
     assert carol.post(f"{base}/retire").json()["state"] == "retired"
     response = bob.post(f"{base}/drain")
