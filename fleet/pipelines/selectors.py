@@ -11,9 +11,13 @@ from fleet.pipelines.models import AuditEvent, Pipeline, PipelineRevision, Place
 
 def pipeline_queryset() -> QuerySet[Pipeline]:
     placements = Placement.objects.select_related("node__profile").order_by("role", "node__name")
-    return Pipeline.objects.prefetch_related(Prefetch("placements", queryset=placements)).annotate(
-        n_drafters=Count("placements", filter=Q(placements__role="draft"), distinct=True),
-        n_verifiers=Count("placements", filter=Q(placements__role="verify"), distinct=True),
+    return (
+        Pipeline.objects.prefetch_related(Prefetch("placements", queryset=placements))
+        .annotate(
+            n_drafters=Count("placements", filter=Q(placements__role="draft"), distinct=True),
+            n_verifiers=Count("placements", filter=Q(placements__role="verify"), distinct=True),
+        )
+        .order_by("name")
     )
 
 

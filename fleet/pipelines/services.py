@@ -564,6 +564,8 @@ def _node_state_action(*, node_id, actor, to: str, action: str, expected_version
                 raise ActionRefused(f"{node.name} is already draining.")
             node = node_drain(node=node, actor=user)
         else:
+            if node.state != NodeState.DRAINING:
+                raise ActionRefused(f"{node.name} is {node.state}: only a draining node returns.")
             node = node_return(node=node, actor=user)
     except IllegalTransition as exc:
         raise ActionRefused(str(exc)) from exc
