@@ -1,0 +1,243 @@
+"""A node's agent inside its worker process: reports the real device, heartbeats with
+telemetry through the node token over HTTP, publishes the same figures to the telemetry
+stream every second, and stops heartbeating when the engine loop stalls (so the control
+plane marks the node lost and re-routes its work).
+
+The agent talks to the control plane at TANDEM_API_URL with `Authorization: Bearer tdn_...`.
+Without TANDEM_API_URL (one machine, same database) it calls the heartbeat service directly.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import platform
+import threading
+import time
+
+from django.conf import settings
+
+from inference.power import PowerMeter
+
+logger = logging.getLogger(__name__)
+
+AGENT_VERSION = "tandem-agent/1"
+STALL_S = float(os.environ.get("TANDEM_STALL_S", "30"))  # engine loop silent this long: stop
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def device_info() -> dict:
+    """The device this process computes on: CUDA device name, or the CPU model."""
+    import torch
+
+    info = {"torch": torch.__version__, "host": platform.node(), "pid": os.getpid()}
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        info |= {"kind": "gpu", "name": torch.cuda.get_device_name(0),
+                 "memory_gb": round(props.total_memory / 2**30, 1)}  # fmt: skip
+    else:
+        info |= {"kind": "cpu", "name": cpu_model(), "cores": os.cpu_count(),
+                 "threads": torch.get_num_threads()}  # fmt: skip
+    return info
+
+
+class _Deltas:
+    """Per-interval deltas of cumulative counters (the telemetry contract)."""
+
+    def __init__(self):
+        self.last: dict = {}
+
+    def __call__(self, key: str, value):
+        prev = self.last.get(key)
+        self.last[key] = value
+        if isinstance(value, dict):
+            prev = prev or {}
+            return {k: v - prev.get(k, 0) for k, v in value.items() if v - prev.get(k, 0) > 0}
+        if isinstance(value, list):
+            prev = prev or []
+            return [v - (prev[i] if i < len(prev) else 0) for i, v in enumerate(value)]
+        return value - (prev or 0)
+
+
+GAUGES = ("ts", "role", "pipeline", "queue_depth", "num_requests_running", "kv_slots_used",
+          "kv_slots_total", "power_source")  # fmt: skip
+MEANS = ("power_w", "utilization", "verify_step_s", "draft_step_s")
+
+
+def accumulate(samples: list[dict]) -> dict:
+    """Several consecutive interval samples as one interval: counts add up, gauges take the
+    last value, power/utilization/step times are interval-weighted means."""
+    if len(samples) == 1:
+        return dict(samples[0])
+    total = sum(s["interval_s"] for s in samples) or 1e-3
+    out: dict = {"interval_s": total}
+    for s in samples:
+        for key, value in s.items():
+            if key == "interval_s":
+                continue
+            if key in GAUGES:
+                out[key] = value
+            elif key in MEANS:
+                out[key] = out.get(key, 0.0) + value * s["interval_s"] / total
+            elif isinstance(value, dict):
+                acc = out.setdefault(key, {})
+                for k, v in value.items():
+                    acc[k] = acc.get(k, 0) + v
+            elif isinstance(value, list):
+                acc = out.setdefault(key, [])
+                acc.extend([0] * (len(value) - len(acc)))
+                for i, v in enumerate(value):
+                    acc[i] += v
+            else:
+                out[key] = out.get(key, 0) + value
+    return out
+
+
+class Agent:
+    def __init__(self, *, node, loop, token: str, api_url: str = "", period_s: float | None = None):
+        self.node_id, self.loop, self.token = node.pk, loop, token
+        self.api_url = api_url.rstrip("/")
+        self.period_s = float(period_s or settings.HEARTBEAT_PERIOD_S)
+        self.device = device_info()
+        profile = node.profile
+        self.power = PowerMeter(idle_w=profile.idle_w, tdp_w=profile.tdp_w,
+                                gpu=self.device.get("kind") == "gpu")  # fmt: skip
+        self.deltas = _Deltas()
+        self.last_busy, self.last_t = 0.0, time.monotonic()
+        self.stopping = threading.Event()
+        self.last_reply: dict | None = None
+        self._publish_warned = False
+
+    # -- figures ----------------------------------------------------------------------------------
+    def sample(self) -> dict:
+        """One interval's telemetry (deltas), in the telemetry stream's schema."""
+        now = time.monotonic()
+        interval = max(now - self.last_t, 1e-3)
+        stats = self.loop.stats.snapshot()
+        busy = stats["busy_s"] - self.last_busy
+        self.last_busy, self.last_t = stats["busy_s"], now
+        utilization = min(max(busy / interval, 0.0), 1.0)
+        power = self.power.read(utilization)
+        counters = self.loop.engine.counters
+        slots = self.loop.slots()
+        d = self.deltas
+        role = self.loop.role
+        steps_hist = d("hist", {k: v for k, v in stats["batch_size_hist"].items()})
+        sample = {
+            "ts": time.time(),
+            "interval_s": interval,
+            "role": role,
+            "pipeline": self.loop.pipeline_id,
+            "queue_depth": self.loop.inbox.qsize(),
+            "num_requests_running": len(slots.get("seqs", [])),
+            "kv_slots_used": slots.get("slots_used") or 0,
+            "kv_slots_total": slots.get("n_slots") or 0,
+            "power_w": power.watts,
+            "power_source": power.source,
+            "utilization": utilization,
+        }
+        if role == "verify":
+            n_steps = sum(steps_hist.values())
+            sample |= {
+                "num_drafts": d("num_drafts", counters.num_drafts),
+                "num_draft_tokens": d("num_draft_tokens", counters.num_draft_tokens),
+                "num_accepted_tokens": d("num_accepted", counters.num_accepted_tokens),
+                "num_accepted_tokens_per_pos": d(
+                    "per_pos", list(counters.num_accepted_tokens_per_pos)
+                )[:32],
+                "generation_tokens": d("emitted", counters.num_emitted_tokens),
+                "requests_finished": d("finished", stats["finished"]),
+                "verify_batch_hist": steps_hist,
+                "verify_step_s": (busy / n_steps) if n_steps else 0.0,
+            }
+        else:
+            n_steps = d("draft_steps", counters.num_draft_steps)
+            sample |= {"draft_steps": n_steps,
+                       "draft_step_s": (busy / n_steps) if n_steps else 0.0}  # fmt: skip
+        return sample
+
+    def heartbeat_body(self, samples: list[dict]) -> dict:
+        sample = accumulate(samples)
+        telemetry = {
+            "interval_s": sample["interval_s"],
+            "num_drafts": sample.get("num_drafts", 0),
+            "num_draft_tokens": sample.get("num_draft_tokens", 0),
+            "num_accepted_tokens": sample.get("num_accepted_tokens", 0),
+            "num_accepted_tokens_per_pos": sample.get("num_accepted_tokens_per_pos", []),
+            "verify_batch_size_hist": sample.get("verify_batch_hist", {}),
+            "draft_step_s": sample.get("draft_step_s", 0.0),
+            "verify_step_s": sample.get("verify_step_s", 0.0),
+            "tokens_generated": sample.get("generation_tokens", 0),
+            "queue_depth": sample["queue_depth"],
+            "power_w": sample["power_w"],
+            "power_source": sample["power_source"],
+            "energy_j": sample["power_w"] * sample["interval_s"],
+            "utilization": sample["utilization"],
+        }
+        return {"agent_version": AGENT_VERSION, "device_info": self.device, "telemetry": telemetry}
+
+    # -- transport --------------------------------------------------------------------------------
+    def send_heartbeat(self, body: dict) -> None:
+        if self.api_url:
+            import httpx
+
+            r = httpx.post(
+                f"{self.api_url}/api/v1/nodes/{self.node_id}/heartbeat",
+                json=body,
+                headers={"Authorization": f"Bearer {self.token}"},
+                timeout=10,
+            )
+            r.raise_for_status()
+            self.last_reply = r.json()
+        else:
+            from fleet.nodes.models import Node
+            from fleet.nodes.services import node_heartbeat
+
+            node_heartbeat(node=Node.objects.get(pk=self.node_id), **body)
+
+    def publish(self, sample: dict) -> None:
+        try:
+            from fleet.telemetry.ingest import publish_sample
+        except ImportError:  # the console's telemetry ingest is optional
+            return
+        try:
+            publish_sample(self.node_id, sample, token=self.token)
+        except Exception as exc:  # the telemetry stream must never stop heartbeats
+            if not self._publish_warned:
+                self._publish_warned = True
+                logger.warning("node %s: telemetry publish failed: %r", self.node_id, exc)
+
+    def stalled(self) -> bool:
+        return time.monotonic() - self.loop.stats.last_tick > STALL_S
+
+    def run(self) -> None:
+        next_beat, samples = 0.0, []
+        while not self.stopping.wait(1.0 if next_beat else 0.0):
+            if self.stalled():
+                logger.error("node %s: engine loop stalled; heartbeats stop", self.node_id)
+                continue
+            try:
+                samples.append(self.sample())
+                self.publish(samples[-1])
+                if time.monotonic() >= next_beat:
+                    body, samples = self.heartbeat_body(samples), []
+                    next_beat = time.monotonic() + self.period_s
+                    self.send_heartbeat(body)
+            except Exception:
+                logger.exception("node %s: heartbeat failed", self.node_id)
+                next_beat = time.monotonic() + self.period_s
+
+    def start(self) -> threading.Thread:
+        t = threading.Thread(target=self.run, name="agent", daemon=True)
+        t.start()
+        return t

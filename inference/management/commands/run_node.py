@@ -1,0 +1,46 @@
+"""`manage.py run_node --role draft|verify`: a Celery worker for one node of a pipeline.
+
+The node comes from TANDEM_NODE_ID (id or name) or --node, its token from
+TANDEM_NODE_TOKEN, the control plane's URL from TANDEM_API_URL (heartbeats over HTTP;
+without it, the agent writes heartbeats through the database on this machine).
+"""
+
+from __future__ import annotations
+
+import os
+
+from django.core.management.base import BaseCommand, CommandError
+
+
+class Command(BaseCommand):
+    help = "Run a drafter or verifier node worker (engine loop + agent + Celery consumer)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--role", choices=["draft", "verify"], required=True)
+        parser.add_argument("--node", default=os.environ.get("TANDEM_NODE_ID", ""))
+        parser.add_argument("--loglevel", default="WARNING")
+        parser.add_argument(
+            "--demo",
+            action="store_true",
+            help="Set up the demo pair and pipeline first if missing (used by `manage.py up`)",
+        )
+
+    def handle(self, *args, role, node, loglevel, demo, **options):
+        from inference.worker import node as worker_node
+
+        token = os.environ.get("TANDEM_NODE_TOKEN", "")
+        if demo:
+            from inference.worker.demo import ensure_demo
+
+            node, token = ensure_demo(role=role, log=self.stdout.write)
+        if not node:
+            raise CommandError("set TANDEM_NODE_ID (node id or name) or pass --node")
+        if not token:
+            raise CommandError("set TANDEM_NODE_TOKEN (the node's tdn_... token)")
+        worker_node.run(
+            node_ref=str(node),
+            role=role,
+            token=token,
+            api_url=os.environ.get("TANDEM_API_URL", ""),
+            loglevel=loglevel,
+        )

@@ -1,0 +1,258 @@
+"""Every state change of a generation: keyword-only, atomic, messages to workers after commit.
+
+Web side: `generation_submit`, `generation_cancel`, `push_pipeline_config`.
+Worker side (the verifier owns a running generation's row): `generation_claim`,
+`generation_first_token`, `generation_finish`.
+Control worker: `generations_watchdog` (deadlines, lost nodes -> re-route or fail).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from fleet.nodes.choices import NodeState
+from fleet.pipelines.models import Pipeline
+from inference import streams
+from inference.models import Generation, GenerationState
+from inference.router import NoCapacity, pick_pair
+from inference.selectors import generations_active
+from inference.worker import messaging
+
+__all__ = [
+    "NoCapacity",
+    "generation_submit",
+    "generation_cancel",
+    "push_pipeline_config",
+    "generations_watchdog",
+]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_DEADLINE_S = 600  # a generation still active this long after submit fails
+MAX_ATTEMPTS = 3  # first run + two re-routes
+S = GenerationState
+
+
+def _locked(generation: Generation) -> Generation:
+    return Generation.objects.select_for_update().get(pk=generation.pk)
+
+
+def start_payload(generation: Generation) -> dict:
+    return {
+        "gen": str(generation.pk),
+        "attempt": generation.attempts,
+        "pipeline": generation.pipeline_id,
+        "prompt_tokens": list(generation.prompt_tokens),
+        "params": dict(generation.params),
+        "drafter": generation.drafter_id,
+    }
+
+
+@transaction.atomic
+def generation_submit(
+    *, pipeline: Pipeline, prompt: str, prompt_tokens: list[int], params: dict, user
+) -> Generation:
+    """Write the row (queued) with its drafter and verifier; the verifier starts it after
+    commit. Raises NoCapacity when the pipeline has no healthy pair."""
+    pair = pick_pair(pipeline)
+    now = timezone.now()
+    timeout_s = params.get("timeout_s") or DEFAULT_DEADLINE_S
+    generation = Generation.objects.create(
+        pipeline=pipeline,
+        user=user if getattr(user, "pk", None) else None,
+        prompt=prompt,
+        prompt_tokens=list(prompt_tokens),
+        params=dict(params),
+        drafter=pair.drafter,
+        verifier=pair.verifier,
+        attempts=1,
+        created_at=now,
+        deadline=now + timedelta(seconds=float(timeout_s)),
+    )
+    payload = start_payload(generation)
+    verifier_id = pair.verifier.pk
+    transaction.on_commit(lambda: messaging.send(verifier_id, "start", payload))
+    return generation
+
+
+def _completion_tokens(generation_id) -> int:
+    try:
+        return sum(
+            len(e.get("tokens", []))
+            for _, e in streams.read_all(generation_id)
+            if e.get("type") == "tokens"
+        )
+    except Exception:  # the stream is best effort here; the row is the record
+        return 0
+
+
+def _end(generation: Generation, *, state: str, finish_reason: str, error: str = "") -> None:
+    """Terminal move of a locked, active row; after commit, both nodes free the sequence
+    and the stream gets its terminal event (so a follower ends even if a worker is gone)."""
+    generation.check_transition(state)
+    generation.state = state
+    generation.finish_reason = finish_reason
+    generation.error = error
+    generation.finished_at = timezone.now()
+    generation.save(update_fields=["state", "finish_reason", "error", "finished_at"])
+    gid, prompt_n = generation.pk, len(generation.prompt_tokens)
+    node_ids = [n for n in (generation.drafter_id, generation.verifier_id) if n]
+
+    def after():
+        for node_id in node_ids:
+            messaging.send(node_id, "cancel", {"gen": str(gid)})
+        if error:
+            streams.publish(gid, streams.error_event(error))
+        else:
+            streams.publish(
+                gid, streams.done_event(finish_reason, prompt_n, _completion_tokens(gid))
+            )
+
+    transaction.on_commit(after)
+
+
+@transaction.atomic
+def generation_cancel(*, generation: Generation, actor=None) -> Generation:
+    """Cancel; idempotent for terminal generations. Frees the KV slots on both nodes."""
+    generation = _locked(generation)
+    if generation.is_terminal:
+        return generation
+    _end(generation, state=S.CANCELLED, finish_reason="cancelled")
+    return generation
+
+
+@transaction.atomic
+def generation_fail(
+    *, generation: Generation, error: str, finish_reason: str = "error"
+) -> Generation:
+    generation = _locked(generation)
+    if generation.is_terminal:
+        return generation
+    _end(generation, state=S.FAILED, finish_reason=finish_reason, error=error)
+    return generation
+
+
+def push_pipeline_config(pipeline: Pipeline) -> None:
+    """Send the pipeline's current configuration to every placed node's worker; workers
+    apply it between rounds. Call after commit. In-flight sequences keep going."""
+    payload = {"pipeline": pipeline.pk, "version": pipeline.version, "config": pipeline.config()}
+    for node_id in pipeline.placements.values_list("node_id", flat=True):
+        messaging.send(node_id, "config", payload)
+
+
+# --- worker side: the verifier owns a running generation's row -------------------------------
+
+
+def generation_claim(*, generation_id, attempt: int, now: datetime | None = None) -> bool:
+    """queued -> running for this attempt; False if it was cancelled or re-routed."""
+    now = now or timezone.now()
+    return bool(
+        Generation.objects.filter(pk=generation_id, state=S.QUEUED, attempts=attempt).update(
+            state=S.RUNNING, started_at=now
+        )
+    )
+
+
+def generation_first_token(*, generation_id, attempt: int, at: datetime) -> None:
+    Generation.objects.filter(
+        pk=generation_id, attempts=attempt, first_token_at__isnull=True
+    ).update(first_token_at=at)
+
+
+def generation_finish(
+    *,
+    generation_id,
+    attempt: int,
+    finish_reason: str,
+    output_tokens: list[int],
+    output_text: str,
+    counters: dict,
+    itl_ms: dict,
+    error: str = "",
+) -> bool:
+    """running -> finished (or failed with `error`) by the verifier that ran this attempt."""
+    state = S.FAILED if error else S.FINISHED
+    return bool(
+        Generation.objects.filter(pk=generation_id, state=S.RUNNING, attempts=attempt).update(
+            state=state,
+            finish_reason=finish_reason,
+            error=error,
+            output_tokens=output_tokens,
+            output_text=output_text,
+            counters=counters,
+            itl_ms=itl_ms,
+            finished_at=timezone.now(),
+        )
+    )
+
+
+# --- control worker: deadlines and lost nodes -------------------------------------------------
+
+UNHEALTHY = (NodeState.LOST, NodeState.RETIRED)
+
+
+@transaction.atomic
+def generation_reroute(*, generation: Generation, reason: str) -> Generation:
+    """Move an active generation to a healthy pair; it resumes from the tokens already
+    streamed (the new verifier re-prefills prompt + those tokens). Fails it with a clear
+    reason when no pair is left or it was re-routed too often."""
+    generation = _locked(generation)
+    if generation.is_terminal:
+        return generation
+    old = {n for n in (generation.drafter_id, generation.verifier_id) if n}
+    if generation.attempts >= MAX_ATTEMPTS:
+        _end(generation, state=S.FAILED, finish_reason="error",
+             error=f"{reason}; gave up after {generation.attempts} attempts")  # fmt: skip
+        return generation
+    try:
+        pair = pick_pair(generation.pipeline, exclude=old)
+    except NoCapacity as exc:
+        _end(generation, state=S.FAILED, finish_reason="error", error=f"{reason}; {exc}")
+        return generation
+    if generation.state != S.QUEUED:
+        generation.check_transition(S.QUEUED)
+        generation.state = S.QUEUED
+    generation.drafter, generation.verifier = pair.drafter, pair.verifier
+    generation.attempts += 1
+    generation.save(update_fields=["state", "drafter", "verifier", "attempts"])
+    payload = start_payload(generation)
+    gid, verifier_id = generation.pk, pair.verifier.pk
+
+    def after():
+        streams.publish(gid, streams.requeued_event(reason))
+        for node_id in old:
+            messaging.send(node_id, "cancel", {"gen": str(gid)})
+        messaging.send(verifier_id, "start", payload)
+
+    transaction.on_commit(after)
+    return generation
+
+
+def generations_watchdog(*, now: datetime | None = None) -> dict:
+    """One pass: mark nodes lost by heartbeat age, fail generations past their deadline,
+    re-route (or fail) generations held by a lost or retired node. Idempotent."""
+    from fleet.nodes.services import nodes_mark_lost
+
+    now = now or timezone.now()
+    lost = nodes_mark_lost(now=now)
+    report = {"nodes_lost": lost, "timed_out": [], "rerouted": [], "failed": []}
+    for g in generations_active().filter(deadline__lt=now):
+        generation_fail(generation=g, error="deadline exceeded", finish_reason="timeout")
+        report["timed_out"].append(str(g.pk))
+    stranded = generations_active().filter(
+        verifier__state__in=UNHEALTHY
+    ) | generations_active().filter(drafter__state__in=UNHEALTHY)
+    for g in stranded.select_related("drafter", "verifier").distinct():
+        bad = [n for n in (g.drafter, g.verifier) if n is not None and n.state in UNHEALTHY]
+        reason = ", ".join(
+            f"{n.name} ({'drafter' if n == g.drafter else 'verifier'}) is {n.state}" for n in bad
+        )
+        g = generation_reroute(generation=g, reason=reason)
+        report["rerouted" if g.state == S.QUEUED else "failed"].append(str(g.pk))
+    if any(report.values()):
+        logger.info("watchdog: %s", report)
+    return report

@@ -1,0 +1,105 @@
+"""The drafter's loop: commit the verifier's results, then draft for ALL ready sequences
+in one batched propose and send ONE message per verifier with those drafts."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+
+from fleet.pipelines.policy import k_for
+from inference.worker.host import BaseLoop
+
+logger = logging.getLogger(__name__)
+
+
+class DraftLoop(BaseLoop):
+    role = "draft"
+
+    def __init__(self, *, engine, **kwargs):
+        super().__init__(**kwargs)
+        self.engine = engine
+        self.verifier_of: dict[str, int] = {}  # gen -> verifier node id
+        self.ready: list[str] = []
+        self.measured: dict = {}  # adaptive k: goodput by k (filled by the planner's policy)
+
+    def handle(self, kind: str, p: dict) -> None:
+        if kind == "draft_start":
+            self._add(p)
+        elif kind == "results":
+            self._commit(p["results"])
+        elif kind == "cancel":
+            self.drop(p["gen"])
+        elif kind == "config":
+            self.apply_pipeline_config(p)
+        else:
+            logger.warning("drafter %s: unknown message %r", self.node_id, kind)
+
+    def _add(self, p: dict) -> None:
+        from inference.engine.sampling import SamplingParams
+
+        for s in p["seqs"]:
+            gid = s["gen"]
+            if gid in self.tombstones:
+                continue
+            if gid in self.verifier_of:  # a restart of the same sequence: begin again
+                self.drop(gid, tombstone=False)
+            try:
+                self.engine.add(gid, s["ctx"], SamplingParams.from_json(s["params"]))
+            except Exception:
+                logger.exception(
+                    "drafter %s: cannot add %s; it decodes without drafts", self.node_id, gid
+                )
+                self.send(p["verifier"], "drafts", {"drafter": self.node_id,
+                          "drafts": [{"seq_id": gid, "tokens": [], "probs": None}]})  # fmt: skip
+                continue
+            self.verifier_of[gid] = p["verifier"]
+            self.ready.append(gid)
+        self._inspect_dirty = True
+
+    def _commit(self, results: list[dict]) -> None:
+        for r in results:
+            gid = r["seq_id"]
+            if gid not in self.verifier_of:
+                continue
+            if r["finished"]:
+                self.drop(gid)
+                continue
+            self.engine.commit(gid, r["tokens"], r["n_accepted"])
+            self.ready.append(gid)
+
+    def drop(self, gid: str, *, tombstone: bool = True) -> None:
+        if tombstone:
+            self.tombstones.add(gid)
+        if self.verifier_of.pop(gid, None) is not None:
+            self.engine.free(gid)
+            self._inspect_dirty = True
+        if gid in self.ready:
+            self.ready.remove(gid)
+
+    def step(self) -> None:
+        for kind, payload in self._drain(0.0 if self.ready else 0.5):
+            self.handle(kind, payload)
+        if not self.ready:
+            return
+        batch, self.ready = self.ready, []
+        k = k_for(self.config.get("k_policy") or {}, len(batch), self.measured)
+        if self.config.get("drafter_kind") == "none":
+            k = 0
+        t0 = time.perf_counter()
+        drafts = self.engine.propose([(g, k) for g in batch])
+        self.stats.record_round(
+            len(batch), time.perf_counter() - t0, sum(len(d.tokens) for d in drafts)
+        )
+        out = defaultdict(list)
+        for d in drafts:
+            out[self.verifier_of[d.seq_id]].append(d.to_json())
+        for verifier, ds in out.items():
+            self.send(verifier, "drafts", {"drafter": self.node_id, "drafts": ds})
+
+    def slots(self) -> dict:
+        n_free = self.engine.n_free
+        d = self.engine.drafter
+        n_slots = d.cache.n_slots if hasattr(d, "cache") else None
+        used = (n_slots - n_free) if n_slots is not None else len(self.verifier_of)
+        return {"n_slots": n_slots, "slots_used": used, "seqs": sorted(self.verifier_of)}

@@ -1,0 +1,164 @@
+"""The engine host of one node worker process: the engine loop thread, its inbox, a
+persister thread for the few database writes, and inspection state in Redis.
+
+The Celery task `tandem.node.message` (solo pool, main thread) only drops messages into the
+inbox; the loop (DraftLoop or VerifyLoop) owns the engine and runs rounds in its own
+thread, so a forward pass never blocks the consumer and the consumer never blocks a round.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+from collections import OrderedDict
+from typing import Any
+
+from inference.worker import messaging
+from inference.worker.stats import LoopStats
+
+logger = logging.getLogger(__name__)
+
+_current: BaseLoop | None = None
+
+
+def current() -> BaseLoop | None:
+    return _current
+
+
+def install(loop: BaseLoop) -> None:
+    global _current
+    _current = loop
+
+
+class Tombstones:
+    """Recently ended generation ids (bounded), so a late start or draft is dropped."""
+
+    def __init__(self, size: int = 4096):
+        self.ids: OrderedDict[str, None] = OrderedDict()
+        self.size = size
+
+    def add(self, gid: str) -> None:
+        self.ids[gid] = None
+        while len(self.ids) > self.size:
+            self.ids.popitem(last=False)
+
+    def __contains__(self, gid: str) -> bool:
+        return gid in self.ids
+
+
+class BaseLoop:
+    role = ""
+
+    def __init__(self, *, node_id: int, pipeline_id: int, config: dict):
+        self.node_id, self.pipeline_id = node_id, pipeline_id
+        self.config = dict(config)
+        self.inbox: queue.Queue[tuple[str, dict]] = queue.Queue()
+        self.stats = LoopStats()
+        self.tombstones = Tombstones()
+        self.stopping = threading.Event()
+        self._writes: queue.Queue = queue.Queue()
+        self._inspect_dirty = True
+        self._threads: list[threading.Thread] = []
+
+    # -- life cycle --------------------------------------------------------------------------
+    def start(self) -> None:
+        for name, target in (("engine", self._run), ("persist", self._persist)):
+            t = threading.Thread(target=target, name=f"{self.role}-{name}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self._writes.put(None)
+
+    def deliver(self, kind: str, payload: dict) -> None:
+        self.inbox.put((kind, payload))
+
+    def _run(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                self.step()
+            except Exception:  # a bad message must not kill the node: log and go on
+                self.stats.errors += 1
+                logger.exception("%s loop of node %s: step failed", self.role, self.node_id)
+            self.stats.tick()
+            if self._inspect_dirty:
+                self._inspect_dirty = False
+                self._write_inspect()
+
+    def _drain(self, timeout: float) -> list[tuple[str, dict]]:
+        items = []
+        try:
+            items.append(
+                self.inbox.get(timeout=max(timeout, 0.0))
+                if timeout > 0
+                else self.inbox.get_nowait()
+            )
+        except queue.Empty:
+            return items
+        while True:
+            try:
+                items.append(self.inbox.get_nowait())
+            except queue.Empty:
+                return items
+
+    # -- config ---------------------------------------------------------------------------------
+    def apply_pipeline_config(self, payload: dict) -> None:
+        """A new pipeline configuration, applied between rounds (k policy, batch caps)."""
+        if payload.get("pipeline") != self.pipeline_id:
+            self.pipeline_id = payload.get("pipeline")
+        self.config.update(payload.get("config") or {})
+        logger.info("node %s: pipeline config v%s applied", self.node_id, payload.get("version"))
+
+    # -- side effects -----------------------------------------------------------------------------
+    def send(self, node_id: int, kind: str, payload: dict[str, Any]) -> None:
+        messaging.send(node_id, kind, payload)
+
+    def later(self, fn, *args, **kwargs) -> None:
+        """Run a database write on the persister thread (never in a round)."""
+        self._writes.put((fn, args, kwargs))
+
+    def _persist(self) -> None:
+        from django.db import close_old_connections
+
+        while True:
+            item = self._writes.get()
+            if item is None:
+                return
+            fn, args, kwargs = item
+            for attempt in range(3):
+                try:
+                    fn(*args, **kwargs)
+                    break
+                except Exception:
+                    logger.exception("persist %s failed (attempt %d)", fn.__name__, attempt + 1)
+                    close_old_connections()
+                    time.sleep(0.2)
+
+    def flush_writes(self, timeout: float = 10.0) -> None:
+        done = threading.Event()
+        self._writes.put((done.set, (), {}))
+        done.wait(timeout)
+
+    # -- inspection -------------------------------------------------------------------------------
+    def slots(self) -> dict:
+        raise NotImplementedError
+
+    def inspect(self) -> dict:
+        return {"node": self.node_id, "role": self.role, "pipeline": self.pipeline_id,
+                **self.slots(), "stats": self.stats.snapshot(), "at": time.time()}  # fmt: skip
+
+    def _write_inspect(self) -> None:
+        from inference.selectors import inspect_key
+        from inference.streams import _client
+
+        try:
+            _client().set(inspect_key(self.node_id), json.dumps(self.inspect()), ex=3600)
+        except Exception:
+            logger.exception("node %s: inspect write failed", self.node_id)
+
+    def step(self) -> None:
+        raise NotImplementedError

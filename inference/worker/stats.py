@@ -1,0 +1,50 @@
+"""Live figures of one node worker, read by its agent for telemetry and by inspection."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+
+
+class LoopStats:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.batch_sizes: dict[int, int] = {}  # batch size -> rounds
+        self.step_ms: deque[float] = deque(maxlen=512)
+        self.tokens_generated = 0
+        self.rounds = 0
+        self.busy_s = 0.0  # time spent in forward passes (utilization = busy / wall)
+        self.started = time.monotonic()
+        self.last_tick = time.monotonic()
+        self.finished = 0
+        self.errors = 0
+
+    def record_round(self, batch: int, seconds: float, tokens: int = 0) -> None:
+        with self.lock:
+            self.batch_sizes[batch] = self.batch_sizes.get(batch, 0) + 1
+            self.step_ms.append(seconds * 1000)
+            self.tokens_generated += tokens
+            self.rounds += 1
+            self.busy_s += seconds
+
+    def tick(self) -> None:
+        self.last_tick = time.monotonic()
+
+    def snapshot(self) -> dict:
+        with self.lock:
+            steps = sorted(self.step_ms)
+            n = sum(self.batch_sizes.values())
+            return {
+                "batch_size_hist": {str(k): v for k, v in sorted(self.batch_sizes.items())},
+                "mean_batch": (sum(k * v for k, v in self.batch_sizes.items()) / n) if n else 0.0,
+                "rounds": self.rounds,
+                "tokens_generated": self.tokens_generated,
+                "step_ms_p50": steps[len(steps) // 2] if steps else None,
+                "step_ms_p99": steps[min(len(steps) - 1, int(len(steps) * 0.99))]
+                if steps
+                else None,
+                "busy_s": self.busy_s,
+                "finished": self.finished,
+                "errors": self.errors,
+            }

@@ -1,0 +1,251 @@
+"""The verifier's loop: prefill new sequences, gather drafts from drafters up to the
+pipeline's max_verify_batch or max_batch_wait_ms, verify them in ONE forward pass, stream
+the accepted tokens, and send each drafter ONE message with its results."""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from inference import services, streams
+from inference.worker.detok import Detokenizer
+from inference.worker.host import BaseLoop
+from inference.worker.loading import sampling_params
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class VSeq:
+    gen: str
+    attempt: int
+    drafter: int | None
+    prompt_len: int  # the original prompt
+    prev: int  # tokens emitted by earlier attempts
+    detok: Detokenizer
+    tokens: list[int] = field(default_factory=list)  # all emitted tokens (earlier attempts too)
+    last_emit: float = 0.0
+    itl_ms: list[float] = field(default_factory=list)
+
+
+def itl_summary(values: list[float]) -> dict:
+    if not values:
+        return {}
+    s = sorted(values)
+    return {"p50": s[len(s) // 2], "p99": s[min(len(s) - 1, int(len(s) * 0.99))],
+            "mean": statistics.fmean(s), "n": len(s)}  # fmt: skip
+
+
+class VerifyLoop(BaseLoop):
+    role = "verify"
+
+    def __init__(self, *, engine, **kwargs):
+        super().__init__(**kwargs)
+        self.engine = engine
+        self.tokenizer = engine.tokenizer
+        self.seqs: dict[str, VSeq] = {}
+        self.pending: dict[str, tuple[list[int], object, float]] = {}  # gen -> draft, arrival
+        self.starts: list[dict] = []
+
+    # -- messages -------------------------------------------------------------------------------
+    def handle(self, kind: str, p: dict) -> None:
+        if kind == "start":
+            self.starts.append(p)
+        elif kind == "drafts":
+            from inference.engine.messages import Draft
+
+            now = time.monotonic()
+            for d in p["drafts"]:
+                draft = Draft.from_json(d)
+                if draft.seq_id in self.seqs:
+                    self.pending[draft.seq_id] = (draft.tokens, draft.probs, now)
+        elif kind == "cancel":
+            self.drop(p["gen"])
+        elif kind == "config":
+            self.apply_pipeline_config(p)
+        else:
+            logger.warning("verifier %s: unknown message %r", self.node_id, kind)
+
+    def drop(self, gid: str) -> None:
+        self.tombstones.add(gid)
+        self.pending.pop(gid, None)
+        self.starts = [s for s in self.starts if s["gen"] != gid]
+        if self.seqs.pop(gid, None) is not None:
+            self.engine.free(gid)
+            self._inspect_dirty = True
+
+    # -- the loop ---------------------------------------------------------------------------------
+    def step(self) -> None:
+        max_batch = int(self.config.get("max_verify_batch") or 32)
+        wait_s = float(self.config.get("max_batch_wait_ms") or 0) / 1000
+        ready = self._ready()
+        if ready and (len(ready) >= min(max_batch, len(self.seqs))):
+            timeout = 0.0
+        elif ready:
+            oldest = (
+                min(self.pending[g][2] for g in ready if g in self.pending) if self.pending else 0
+            )
+            timeout = max(0.0, oldest + wait_s - time.monotonic()) if oldest else 0.0
+        else:
+            timeout = 0.5
+        for kind, payload in self._drain(timeout):
+            self.handle(kind, payload)
+        if self.starts:
+            self._start(self.starts)
+            self.starts = []
+        ready = self._ready()
+        if not ready:
+            return
+        if len(ready) < min(max_batch, len(self.seqs)) and self.pending:
+            oldest = min(self.pending[g][2] for g in ready if g in self.pending)
+            if time.monotonic() - oldest < wait_s:
+                return  # keep gathering
+        self._verify(ready[:max_batch])
+
+    def _ready(self) -> list[str]:
+        """Sequences that can be verified now: drafts in hand, or plain (no drafter)."""
+        out = [g for g in self.pending if g in self.seqs]
+        out += [g for g, s in self.seqs.items() if s.drafter is None and g not in self.pending]
+        return out
+
+    # -- prefill -------------------------------------------------------------------------------------
+    def _start(self, starts: list[dict]) -> None:
+        starts = [
+            p for p in starts if p["gen"] not in self.tombstones and p["gen"] not in self.seqs
+        ]
+        if not starts:
+            return
+        claimed = self._claim(starts)
+        items, infos = [], []
+        for p in starts:
+            if p["gen"] not in claimed:
+                continue
+            prev_tokens, sent = self._resume_state(p) if p["attempt"] > 1 else ([], "")
+            params = sampling_params(p["params"], already=len(prev_tokens))
+            detok = Detokenizer(self.tokenizer, stop=params.stop, prefix_ids=prev_tokens, sent=sent)
+            seq = VSeq(p["gen"], p["attempt"], p.get("drafter"), len(p["prompt_tokens"]),
+                       len(prev_tokens), detok, tokens=list(prev_tokens))  # fmt: skip
+            items.append((p["gen"], list(p["prompt_tokens"]) + prev_tokens, params))
+            infos.append((seq, p))
+        if not items:
+            return
+        try:
+            t0 = time.perf_counter()
+            results = self.engine.add_many(items)
+            self.stats.record_round(len(items), time.perf_counter() - t0, len(items))
+        except Exception as exc:  # prompt too long, cache full, bad ids: fail these, clearly
+            logger.exception("verifier %s: prefill failed", self.node_id)
+            for seq, _ in infos:
+                self.engine.free(seq.gen)
+                self._fail(seq, f"prefill failed on verifier: {exc}")
+            return
+        now = datetime.now(UTC)
+        for seq, _ in infos:
+            self.seqs[seq.gen] = seq
+            self.later(services.generation_first_token, generation_id=seq.gen,
+                       attempt=seq.attempt, at=now)  # fmt: skip
+        drafter_starts = defaultdict(list)
+        events = self._emit(results, drafter_starts=drafter_starts, items=items)
+        streams.publish_many(events)
+        for drafter, seqs in drafter_starts.items():
+            self.send(drafter, "draft_start", {"verifier": self.node_id, "seqs": seqs})
+        self._inspect_dirty = True
+
+    def _claim(self, starts: list[dict]) -> set[str]:
+        claimed = set()
+        for p in starts:
+            if services.generation_claim(generation_id=p["gen"], attempt=p["attempt"]):
+                claimed.add(p["gen"])
+        return claimed
+
+    @staticmethod
+    def _resume_state(p: dict) -> tuple[list[int], str]:
+        events = streams.read_all(p["gen"])
+        tokens = [t for _, e in events if e.get("type") == "tokens" for t in e["tokens"]]
+        return tokens, streams.collect_text(events)
+
+    # -- verification ---------------------------------------------------------------------------------
+    def _verify(self, batch: list[str]) -> None:
+        items = []
+        for g in batch:
+            tokens, probs, _ = self.pending.pop(g, ([], None, 0))
+            items.append((g, tokens, probs))
+        t0 = time.perf_counter()
+        results = self.engine.verify(items)
+        dt = time.perf_counter() - t0
+        self.stats.record_round(len(items), dt, sum(len(r.tokens) for r in results))
+        by_drafter = defaultdict(list)
+        events = self._emit(results, by_drafter=by_drafter)
+        streams.publish_many(events)
+        for drafter, rs in by_drafter.items():
+            self.send(drafter, "results", {"verifier": self.node_id, "results": rs})
+
+    def _emit(self, results, *, by_drafter=None, drafter_starts=None, items=None) -> list:
+        """Stream each result's tokens; finish sequences; collect drafter messages."""
+        now = time.monotonic()
+        events = []
+        for i, r in enumerate(results):
+            seq = self.seqs.get(r.seq_id)
+            if seq is None:
+                continue
+            if r.tokens:
+                if seq.last_emit:
+                    gap = (now - seq.last_emit) * 1000 / len(r.tokens)
+                    seq.itl_ms.extend([gap] * len(r.tokens))
+                seq.last_emit = now
+                seq.tokens.extend(r.tokens)
+                text = seq.detok.push(r.tokens)
+                if r.finished:
+                    text += seq.detok.finish()
+                events.append((seq.gen, streams.tokens_event(r.tokens, text, len(seq.tokens))))
+            if r.finished:
+                events.append((seq.gen, streams.done_event(
+                    r.finish_reason or "stop", seq.prompt_len, len(seq.tokens))))  # fmt: skip
+                self._finish(seq, r.finish_reason or "stop")
+            if seq.drafter is None:
+                continue
+            if drafter_starts is not None and not r.finished:
+                ctx = items[i][1] + r.tokens
+                drafter_starts[seq.drafter].append(
+                    {"gen": seq.gen, "ctx": ctx, "params": items[i][2].to_json()}
+                )
+            if by_drafter is not None:
+                by_drafter[seq.drafter].append(r.to_json())
+        return events
+
+    def _finish(self, seq: VSeq, finish_reason: str) -> None:
+        counters = self.engine.free(seq.gen)
+        self.seqs.pop(seq.gen, None)
+        self.pending.pop(seq.gen, None)
+        self.tombstones.add(seq.gen)
+        self.stats.finished += 1
+        self._inspect_dirty = True
+        self.later(
+            services.generation_finish,
+            generation_id=seq.gen,
+            attempt=seq.attempt,
+            finish_reason=finish_reason,
+            output_tokens=list(seq.tokens),
+            output_text=seq.detok.text,
+            counters=counters.to_dict() if counters is not None else {},
+            itl_ms=itl_summary(seq.itl_ms),
+        )
+
+    def _fail(self, seq: VSeq, error: str) -> None:
+        self.tombstones.add(seq.gen)
+        self.stats.errors += 1
+        streams.publish(seq.gen, streams.error_event(error))
+        self.later(services.generation_finish, generation_id=seq.gen, attempt=seq.attempt,
+                   finish_reason="error", output_tokens=list(seq.tokens),
+                   output_text=seq.detok.text, counters={}, itl_ms={}, error=error)  # fmt: skip
+        if seq.drafter is not None:
+            self.send(seq.drafter, "cancel", {"gen": seq.gen})
+
+    def slots(self) -> dict:
+        cache = self.engine.cache
+        return {"n_slots": cache.n_slots, "slots_used": cache.n_slots - cache.n_free,
+                "seqs": sorted(self.seqs)}  # fmt: skip

@@ -1,0 +1,176 @@
+"""Fixtures' machinery for the data-plane tests: a tiny random model pair on disk, nodes
+and a pipeline in the (file) test database, and real worker processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+from django.conf import settings
+from django.db import connection
+
+from fleet.nodes.models import HardwareProfile, Node
+from fleet.nodes.services import node_register
+from fleet.pipelines.models import Pipeline, Placement
+from inference import streams
+from inference.engine.config import ModelConfig
+from inference.engine.loading import save_checkpoint
+from inference.engine.model import Transformer
+from inference.engine.tokenizer import Tokenizer
+from inference.training import byte_tokenizer as bt
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def tiny_model(seed: int, *, std: float = 0.4, layers: int = 2) -> Transformer:
+    torch.manual_seed(seed)
+    config = ModelConfig(
+        vocab_size=bt.VOCAB_SIZE, hidden_size=64, intermediate_size=128,
+        num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=256, bos_token_id=bt.BOS_ID, eos_token_id=bt.EOS_ID,
+    )  # fmt: skip
+    model = Transformer(config)
+    for p in model.parameters():
+        if p.dim() == 2:
+            torch.nn.init.normal_(p, std=std)
+    return model.eval()
+
+
+def write_pair(root: Path) -> tuple[Path, Path]:
+    """target + a drafter close to it (the target's weights plus noise): high acceptance."""
+    tok = Tokenizer(bt.build_byte_tokenizer(), bos_token=bt.BOS, eos_token=bt.EOS)
+    target = tiny_model(0)
+    draft = tiny_model(0)
+    with torch.no_grad():
+        gen = torch.Generator().manual_seed(7)
+        for p in draft.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * 0.05 * p.std())
+    return save_checkpoint(target, tok, root / "target"), save_checkpoint(
+        draft, tok, root / "draft"
+    )
+
+
+def profile() -> HardwareProfile:
+    p, _ = HardwareProfile.objects.get_or_create(
+        slug="test-cpu",
+        defaults=dict(kind="cpu", vendor="Test", model="CPU", memory_gb=16,
+                      memory_bandwidth_gbs=50, peak_bf16_tflops=1, tdp_w=65, idle_w=10),
+    )  # fmt: skip
+    return p
+
+
+def make_pipeline(name, target, draft, *, kind="model", drafters=1, verifiers=1, **config):
+    pipeline = Pipeline.objects.create(
+        name=name, target_model=str(target), draft_model=str(draft) if draft else "",
+        drafter_kind=kind, **config,
+    )  # fmt: skip
+    nodes = []
+    for role, n in (("draft", drafters if kind != "none" else 0), ("verify", verifiers)):
+        for i in range(n):
+            node, token = node_register(name=f"{name}-{role}-{i}", profile=profile(), roles=[role])
+            Placement.objects.create(pipeline=pipeline, node=node, role=role)
+            nodes.append((node, role, token))
+    return pipeline, nodes
+
+
+def database_url() -> str:
+    name = connection.settings_dict["NAME"]
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{name}"
+    s = connection.settings_dict
+    return f"postgres://{s['USER']}:{s['PASSWORD']}@{s['HOST'] or 'localhost'}:{s['PORT'] or 5432}/{name}"
+
+
+class Workers:
+    """Real `manage.py run_node` processes; killed (the whole group) on exit."""
+
+    def __init__(self, log_dir: Path, api_url: str = "", **env):
+        self.log_dir, self.api_url, self.env = log_dir, api_url, env
+        self.procs: dict[int, subprocess.Popen] = {}
+
+    def start(self, node: Node, role: str, token: str) -> subprocess.Popen:
+        env = {
+            **os.environ,
+            "DATABASE_URL": database_url(),
+            "TANDEM_NODE_ID": str(node.pk),
+            "TANDEM_NODE_TOKEN": token,
+            "TANDEM_API_URL": self.api_url,
+            "TANDEM_HEARTBEAT_PERIOD_S": "1",
+            "TANDEM_NODE_SLOTS": "48",
+            "OMP_NUM_THREADS": "1",
+            **self.env,
+        }
+        log = open(self.log_dir / f"{node.name}.log", "w")
+        proc = subprocess.Popen(
+            [sys.executable, "manage.py", "run_node", "--role", role, "--loglevel", "INFO"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        self.procs[node.pk] = proc
+        return proc
+
+    def kill(self, node: Node, sig=signal.SIGKILL) -> None:
+        proc = self.procs[node.pk]
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        proc.wait(10)
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"--- {p.name}\n{p.read_text()[-3000:]}" for p in self.log_dir.glob("*.log")
+        )
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait(10)
+
+
+def wait_online(nodes, workers: Workers, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    ids = [n.pk for n, _, _ in nodes]
+    while time.monotonic() < deadline:
+        if Node.objects.filter(pk__in=ids, state="online").count() == len(ids):
+            return
+        for proc in workers.procs.values():
+            assert proc.poll() is None, f"a worker exited:\n{workers.logs()}"
+        time.sleep(0.3)
+    raise AssertionError(f"nodes not online in {timeout}s:\n{workers.logs()}")
+
+
+def wait_done(gen_ids, timeout: float = 120, workers: Workers | None = None) -> dict:
+    """Every stream's events once it ended (done/error); fails (never hangs) on timeout."""
+    deadline = time.monotonic() + timeout
+    pending, out = {str(g) for g in gen_ids}, {}
+    while pending and time.monotonic() < deadline:
+        for g in list(pending):
+            events = streams.read_all(g)
+            if events and events[-1][1]["type"] in streams.TERMINAL_TYPES:
+                out[g] = [e for _, e in events]
+                pending.discard(g)
+        time.sleep(0.1)
+    if pending:
+        logs = workers.logs() if workers else ""
+        raise AssertionError(f"{len(pending)} generations did not end in {timeout}s\n{logs}")
+    return out
+
+
+def tokens_of(events) -> list[int]:
+    return [t for e in events if e["type"] == "tokens" for t in e["tokens"]]
+
+
+def settings_summary() -> str:
+    return f"redis={settings.REDIS_URL} db={database_url()}"
