@@ -41,7 +41,7 @@ def _after_commit(event: str, node_ids: list[int]) -> None:
 
 
 def _locked(node: Node) -> Node:
-    return Node.objects.select_for_update().select_related("profile").get(pk=node.pk)
+    return Node.objects.select_for_update(of=("self",)).select_related("profile").get(pk=node.pk)
 
 
 def _save(node: Node) -> Node:

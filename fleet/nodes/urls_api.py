@@ -1,4 +1,21 @@
-"""Node registry routes, included under /api/v1/ (no trailing slashes)."""
+"""Node registry routes, included under /api/v1/ (no trailing slashes).
+
+GET    nodes                       viewer    list (?state=&role=&kind=&label=k:v&simulated=
+                                             &profile=&search=&ordering=&limit=&offset=)
+POST   nodes                       admin     register; the reply carries the token, once
+GET    nodes/<id>                  viewer    one node, with an ETag "<version>"
+PATCH  nodes/<id>                  admin     edit (If-Match or "version": stale -> 409)
+DELETE nodes/<id>                  admin     retire (soft), 204
+POST   nodes/<id>/drain            operator  online/registered/lost -> draining
+POST   nodes/<id>/return           operator  draining -> online
+POST   nodes/<id>/retire           admin     -> retired, tokens revoked
+GET    nodes/<id>/tokens           admin     prefixes and dates, never secrets
+POST   nodes/<id>/token/rotate     admin     revoke all, issue one (shown once), 201
+POST   nodes/<id>/token/revoke     admin     revoke all
+POST   nodes/<id>/heartbeat        node      the node's own agent (Bearer tdn_...) only
+GET    profiles, profiles/<slug>   viewer    the hardware catalogue
+POST   profiles, PATCH profiles/<slug>  admin
+"""
 
 from django.urls import re_path
 from rest_framework.routers import SimpleRouter

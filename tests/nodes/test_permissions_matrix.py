@@ -21,6 +21,7 @@ import pytest
 from django.test import Client
 from rest_framework.test import APIClient
 
+from fleet.nodes.models import Node
 from tests.conftest import client_for
 from tests.nodes.conftest import agent_client, make_node
 
@@ -47,8 +48,6 @@ class World:
         return make_node(name="matrix-other", profile="d-matrix-corsair", roles=["draft"])[0]
 
     def node_in(self, state: str):
-        from fleet.nodes.models import Node
-
         Node.objects.filter(pk=self.node.pk).update(state=state)
         return self.node
 
