@@ -166,7 +166,16 @@ def pipeline_model(
             1 for p in placements if p.role == PlacementRole.DRAFT and p.node.state != "retired"
         ),
         drafter_kind=pipeline.drafter_kind,
+        drafter_mix=_mix(placements, PlacementRole.DRAFT),
     )
+
+
+def _mix(placements: list[Placement], role: str) -> tuple:
+    counts = Counter(
+        p.node.profile.slug for p in placements if p.role == role and p.node.state != "retired"
+    )
+    profiles = {p.node.profile.slug: p.node.profile for p in placements}
+    return tuple((Hardware.from_profile(profiles[slug]), n) for slug, n in counts.items())
 
 
 def pipeline_alpha_hint(pipeline: Pipeline) -> float:

@@ -194,6 +194,37 @@ def roofline_step_s(hw: Hardware, model: ModelSpec, *, batch: float, tokens: flo
     return max(t_mem, t_compute) + hw.step_overhead_s
 
 
+def _capacity(hw: Hardware, model: ModelSpec, t: float, hi: float) -> float:
+    """Largest batch one `hw` drafts within step time `t` (0 if not even one sequence)."""
+    if roofline_step_s(hw, model, batch=1, tokens=1) > t:
+        return 0.0
+    lo = 1.0
+    if roofline_step_s(hw, model, batch=hi, tokens=hi) <= t:
+        return hi
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        if roofline_step_s(hw, model, batch=mid, tokens=mid) <= t:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def mixed_step_s(mix, model: ModelSpec, total: float) -> float:
+    """Step time of a heterogeneous pool drafting `total` sequences, load balanced so all
+    finish together: the least t with sum_c n_c * capacity_c(t) >= total."""
+    total = max(total, 1.0)
+    lo = min(roofline_step_s(hw, model, batch=1, tokens=1) for hw, _ in mix)
+    hi = max(roofline_step_s(hw, model, batch=total, tokens=total) for hw, _ in mix)
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        if sum(n * _capacity(hw, model, mid, total) for hw, n in mix) >= total:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
 def roofline_curve(
     hw: Hardware, model: ModelSpec, *, tokens_per_seq: float = 1.0, max_n: int = 256
 ) -> Curve:
@@ -226,6 +257,9 @@ class PipelineModel:
     prompt_tokens: int = 256
     drafter_kind: str = "model"  # model | ngram | none
     ngram_step_s: float = 50e-6
+    # Heterogeneous drafter pool: ((hardware, count), ...). The router spreads sequences so
+    # every drafter finishes its step at about the same time (faster ones take more).
+    drafter_mix: tuple = ()
 
     def with_(self, **changes) -> PipelineModel:
         return replace(self, **changes)
@@ -243,9 +277,18 @@ class PipelineModel:
             return self.ngram_step_s
         if self.draft_curve is not None:
             return self.draft_curve(batch)
+        if self.draft is not None and len(self.drafter_mix) > 1:
+            return mixed_step_s(
+                self.drafter_mix, self.draft, batch * sum(n for _, n in self.drafter_mix)
+            )
         if self.drafter is None or self.draft is None:
             raise ValueError("no draft curve and no drafter hardware/draft model")
         return roofline_step_s(self.drafter, self.draft, batch=batch, tokens=batch)
+
+    def drafter_power(self, util: float) -> float:
+        if len(self.drafter_mix) > 1:
+            return sum(n * _power(hw, util) for hw, n in self.drafter_mix)
+        return self.n_drafters * _power(self.drafter, util)
 
     def E(self, k: int) -> float:
         return expected_tokens(k, self.alpha, self.per_position or None)
@@ -316,7 +359,7 @@ def predict(m: PipelineModel, *, k: int, batch: int) -> Prediction:
         if (D > 0 and k > 0 and m.drafter_kind == "model")
         else 0.0
     )
-    power = V * _power(m.verifier, verify_util) + D * _power(m.drafter, draft_util)
+    power = V * _power(m.verifier, verify_util) + (m.drafter_power(draft_util) if D else 0.0)
     tpj = goodput / power if power > 0 else 0.0
     sources = {
         "verify": m.verify_curve.source if m.verify_curve else "roofline",

@@ -91,6 +91,11 @@ def evaluate(
             n_drafters=d,
             verifier=_hw(profiles, mix.verifiers) or mix.model.verifier,
             drafter=_hw(profiles, mix.drafters) or mix.model.drafter,
+            drafter_mix=tuple(
+                (Hardware.from_profile(profiles[slug]), n)
+                for slug, n in mix.drafters.items()
+                if n > 0
+            ),
         )
         usd = 0.0
         for slug, n in (mix.verifiers + mix.drafters).items():

@@ -1,0 +1,90 @@
+"""Auto mode: applies the recommendation with hysteresis and a minimum interval, audited as
+"planner", within the operator's bounds; never flaps."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from fleet.pipelines.models import AuditEvent, Pipeline
+from fleet.pipelines.services import pipeline_set_k_policy
+from fleet.planner import auto, services
+
+pytestmark = pytest.mark.django_db
+
+
+def _auto(pipeline, **bounds):
+    Pipeline.objects.filter(pk=pipeline.pk).update(
+        auto_mode=True, auto_bounds=bounds, k_policy={"mode": "fixed", "k": 0}
+    )
+    return Pipeline.objects.get(pk=pipeline.pk)
+
+
+def test_off_does_nothing(pipeline):
+    assert not auto.decide(pipeline).applied
+
+
+def test_applies_then_waits_the_minimum_interval(pipeline, operator):
+    p = _auto(pipeline, min_interval_s=600)
+    first = auto.decide(p)
+    assert first.applied, first.why
+    event = AuditEvent.objects.get()
+    assert event.actor is None and event.actor_label == "planner" and "modeled" in event.reason
+    # an operator puts the old policy back: inside the interval the planner leaves it alone
+    p = Pipeline.objects.get(pk=pipeline.pk)
+    pipeline_set_k_policy(pipeline_id=p.pk, actor=operator, k_policy={"mode": "fixed", "k": 0})
+    p = Pipeline.objects.get(pk=pipeline.pk)
+    second = auto.decide(p)
+    assert not second.applied and "s ago" in second.why
+    later = auto.decide(p, now=timezone.now() + timedelta(seconds=601))
+    assert later.applied
+
+
+def test_no_flapping_on_repeated_runs(pipeline):
+    p = _auto(pipeline, min_interval_s=0)
+    results = []
+    for _ in range(5):
+        p = Pipeline.objects.get(pk=pipeline.pk)
+        results.append(auto.decide(p).applied)
+    assert results[0] and not any(results[1:])
+    assert AuditEvent.objects.filter(actor_label="planner").count() == 1
+
+
+def test_hysteresis_band_blocks_small_gains(pipeline):
+    p = _auto(pipeline, min_interval_s=0, hysteresis=10.0)  # demand +1000%
+    d = auto.decide(p)
+    assert not d.applied and "hysteresis" in d.why
+
+
+def test_respects_operator_bounds(pipeline):
+    p = _auto(pipeline, min_interval_s=0, k_min=1, k_max=2)
+    d = auto.decide(p)
+    assert d.applied
+    policy = Pipeline.objects.get(pk=pipeline.pk).k_policy
+    ks = [policy["k"]] if policy["mode"] == "fixed" else [k for _, k in policy["table"]]
+    assert all(1 <= k <= 2 for k in ks)
+
+
+def test_run_auto_mode_and_task(pipeline):
+    _auto(pipeline, min_interval_s=0)
+    from fleet.planner.tasks import planner_auto_mode
+
+    assert planner_auto_mode() == 1
+    assert planner_auto_mode() == 0
+
+
+def test_recommendation_preview_apply(pipeline, operator):
+    rec = services.recommendation(pipeline)
+    assert rec["available"] and rec["modeled"]
+    assert rec["sources"]["verify_step"] == "roofline"
+    assert rec["current"]["prediction"]["goodput_tps"] > 0
+    pv = services.preview(
+        pipeline, {"action": "set_k_policy", "k_policy": {"mode": "fixed", "k": 0}}
+    )
+    assert pv["after"]["k"] == 0 and pv["before"]["k"] == 4 and pv["modeled"]
+    extra = pipeline.placements.get(role="verify").node
+    pv = services.preview(pipeline, {"action": "remove_node", "node": extra.pk})
+    assert pv["after"] is None  # no verifier left: nothing to predict
+    result = services.apply(pipeline, what="k_policy", actor=operator, expected_version=1)
+    assert result["applied"] == "k_policy"
+    assert AuditEvent.objects.get().actor == operator
