@@ -1,0 +1,166 @@
+"""The proof: the official `openai` client, unchanged, against a live ASGI server and REAL
+worker processes (`manage.py run_node`, one drafter and one verifier, real Redis, the test
+database) -- greedy output equals the engine's in-process output for the same prompt ids."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import openai
+import pytest
+
+from fleet.accounts.services import api_key_create
+from inference.models import Generation
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(300),
+    pytest.mark.django_db(transaction=True, serialized_rollback=True),
+]
+
+MAX_TOKENS = 20
+
+
+@pytest.fixture
+def asgi_url(transactional_db):
+    import uvicorn
+
+    from fleet.asgi import application
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(
+            application, host="127.0.0.1", port=port, log_level="warning", lifespan="off"
+        )
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+def greedy_inprocess(target, draft, prompt_ids: list[list[int]], max_tokens: int):
+    from inference.engine.engines import DraftEngine, VerifyEngine
+    from inference.engine.generator import SpeculativeGenerator
+    from inference.engine.loading import load_checkpoint
+    from inference.engine.sampling import SamplingParams
+
+    tm, tok = load_checkpoint(target)
+    dm, _ = load_checkpoint(draft)
+    gen = SpeculativeGenerator(
+        VerifyEngine(tm, tok, n_slots=len(prompt_ids)),
+        DraftEngine.from_model(dm, tok, n_slots=len(prompt_ids)),
+        k=4,
+    )
+    outs = gen.generate(prompt_ids, SamplingParams(temperature=0.0, max_tokens=max_tokens))
+    return [o.token_ids for o in outs]
+
+
+def test_openai_client_through_real_workers(asgi_url, tmp_path, operator, settings):
+    from tests.serving.helpers import Workers, make_pipeline, wait_online, write_pair
+
+    settings.HEARTBEAT_PERIOD_S = 1
+    target, draft = write_pair(tmp_path)
+    pipeline, nodes = make_pipeline(
+        "e2e", target, draft, max_verify_batch=8, max_batch_wait_ms=10,
+        k_policy={"mode": "fixed", "k": 4},
+    )  # fmt: skip
+    key = api_key_create(user=operator, name="e2e")[1]
+    client = openai.OpenAI(base_url=f"{asgi_url}/v1", api_key=key, max_retries=0, timeout=60)
+    prompts = ["def main(", "import os\n", "class A:", "for i in "]
+
+    with Workers(tmp_path, api_url=asgi_url) as workers:
+        for node, role, token in nodes:
+            workers.start(node, role, token)
+        wait_online(nodes, workers)
+        assert [m.id for m in client.models.list()] == ["e2e"]
+
+        # Non-streaming and streaming completions, concurrently (the verifier batches them).
+        def complete(prompt):
+            return client.completions.create(
+                model="e2e", prompt=prompt, max_tokens=MAX_TOKENS, temperature=0
+            )
+
+        def stream(prompt):
+            chunks = list(
+                client.completions.create(
+                    model="e2e",
+                    prompt=prompt,
+                    max_tokens=MAX_TOKENS,
+                    temperature=0,
+                    stream=True,
+                    stream_options={"include_usage": True},
+                )
+            )
+            text = "".join(c.choices[0].text for c in chunks if c.choices)
+            reason = [c.choices[0].finish_reason for c in chunks if c.choices][-1]
+            return text, reason, chunks[-1].usage
+
+        with ThreadPoolExecutor(8) as pool:
+            plain = list(pool.map(complete, prompts))
+            streamed = list(pool.map(stream, prompts))
+
+        gens = list(Generation.objects.filter(pipeline=pipeline).order_by("created_at"))
+        assert len(gens) == 2 * len(prompts)
+        by_prompt: dict[str, list[Generation]] = {}
+        for g in gens:
+            by_prompt.setdefault(g.prompt, []).append(g)
+        ids = [by_prompt[p][0].prompt_tokens for p in prompts]
+        expected = greedy_inprocess(target, draft, ids, MAX_TOKENS)
+        for prompt, result, (text, reason, usage), want in zip(
+            prompts, plain, streamed, expected, strict=True
+        ):
+            assert result.choices[0].text == text  # stream and not: same greedy text
+            assert result.usage.completion_tokens == usage.completion_tokens == len(want)
+            assert result.choices[0].finish_reason == reason
+            assert reason == ("length" if len(want) == MAX_TOKENS else "stop")
+            for g in by_prompt[prompt]:  # the rows the verifier wrote: the engine's tokens
+                deadline = time.monotonic() + 20
+                while (g := Generation.objects.get(pk=g.pk)).state != "finished":
+                    assert time.monotonic() < deadline, workers.logs()
+                    time.sleep(0.1)
+                assert g.output_tokens == want
+                assert g.output_text == text
+
+        # A stop sequence taken from the middle of a greedy text cuts it there.
+        full = plain[0].choices[0].text
+        at = next(
+            (
+                i
+                for i in range(3, len(full) - 1)
+                if full.find(full[i : i + 2]) == i and "\ufffd" not in full[i : i + 2]
+            ),
+            None,
+        )
+        assert at is not None, f"no usable stop sequence in {full!r}"
+        cut = client.completions.create(
+            model="e2e", prompt=prompts[0], max_tokens=MAX_TOKENS, temperature=0,
+            stop=[full[at : at + 2]],
+        )  # fmt: skip
+        assert cut.choices[0].text == full[:at]
+        assert cut.choices[0].finish_reason == "stop"
+
+        # Chat, streamed and not (the byte-level model gets a plain transcript).
+        messages = [{"role": "user", "content": "hello"}]
+        chat = client.chat.completions.create(
+            model="e2e", messages=messages, max_tokens=MAX_TOKENS, temperature=0
+        )
+        chunks = list(
+            client.chat.completions.create(
+                model="e2e", messages=messages, max_tokens=MAX_TOKENS, temperature=0, stream=True
+            )
+        )
+        assert chunks[0].choices[0].delta.role == "assistant"
+        streamed_chat = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert chat.choices[0].message.content == streamed_chat
+        assert chat.usage.prompt_tokens == len(b"user: hello\nassistant:")
