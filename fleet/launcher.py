@@ -34,7 +34,9 @@ from django.utils.module_loading import import_string
 
 # Dotted paths of `factory(settings) -> list[ChildSpec]`, started between the control worker
 # and the web server. Later: node workers (draft/verify), the simulator.
-CHILD_FACTORIES: list[str] = []
+CHILD_FACTORIES: list[str] = [
+    "fleet.planner.launch.simulator_children",
+]
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,37 @@
+"""The small simulated fleet as a child of `manage.py up` (see fleet/launcher.py
+CHILD_FACTORIES), so the console shows a living fleet from the first minute.
+
+TANDEM_SIMULATOR=0 turns it off; TANDEM_SIMULATOR_NODES / TANDEM_SIMULATOR_PIPELINES size it.
+Its nodes and pipelines are named `demo-...` and marked simulated.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from fleet.launcher import ChildSpec
+
+
+def simulator_children(settings) -> list[ChildSpec]:
+    if os.environ.get("TANDEM_SIMULATOR", "1").strip().lower() in ("0", "false", "no", "off"):
+        return []
+    nodes = os.environ.get("TANDEM_SIMULATOR_NODES", "24")
+    pipelines = os.environ.get("TANDEM_SIMULATOR_PIPELINES", "3")
+    return [
+        ChildSpec(
+            name="sim",
+            argv=[
+                sys.executable,
+                str(settings.BASE_DIR / "manage.py"),
+                "simulate",
+                "--nodes",
+                nodes,
+                "--pipelines",
+                pipelines,
+                "--prefix",
+                "demo",
+            ],
+            stop_timeout_s=5.0,
+        )
+    ]
