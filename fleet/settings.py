@@ -1,5 +1,6 @@
 """Tandem settings: wiring only. Every value comes from the environment (see README)."""
 
+import importlib.util
 import secrets
 from pathlib import Path
 
@@ -180,6 +181,11 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    # Nodes and generations both have a "state" field: name their enums apart.
+    "ENUM_NAME_OVERRIDES": {
+        "NodeStateEnum": "fleet.nodes.choices.NodeState",
+        "GenerationStateEnum": "inference.models.GenerationState",
+    },
 }
 
 # --- Security defaults outside DEBUG ---------------------------------------------------------
@@ -200,11 +206,21 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
+# The console's charting library, served from the installed `plotly` wheel (never copied into
+# the repository): /static/plotly/plotly.min.js
+_plotly_spec = importlib.util.find_spec("plotly")
+if _plotly_spec and _plotly_spec.origin:
+    STATICFILES_DIRS.append(("plotly", Path(_plotly_spec.origin).parent / "package_data"))
 STATIC_ROOT = DATA_DIR / "staticfiles"
 
 # --- Tandem ----------------------------------------------------------------------------------
 HEARTBEAT_PERIOD_S = env_int("TANDEM_HEARTBEAT_PERIOD_S", 5, minimum=1)
 HEARTBEAT_TOLERANCE = env_int("TANDEM_HEARTBEAT_TOLERANCE", 3, minimum=1)
+
+# Periodic control-plane work, run by the control worker's embedded beat (`manage.py up`).
+CELERY_BEAT_SCHEDULE = {
+    "mark-lost-nodes": {"task": "tandem.nodes.mark_lost", "schedule": float(HEARTBEAT_PERIOD_S)},
+}
 
 LOGGING = {
     "version": 1,

@@ -1,9 +1,18 @@
 from django.urls import path
 
-from fleet.console import views
+from fleet.console import live_views, views
+from fleet.telemetry.metrics import metrics_view
 
 app_name = "console"
 
 urlpatterns = [
     path("", views.home, name="home"),
+    # live console (telemetry): fleet, pipeline, node, wall, wall links, Prometheus
+    path("fleet/", live_views.fleet_page, name="fleet"),
+    path("pipelines/<int:pk>/", live_views.pipeline_page, name="pipeline"),
+    path("nodes/<int:pk>/live", live_views.node_page, name="node-live"),
+    path("wall/", live_views.wall_page, name="wall"),
+    path("wall/links/", live_views.wall_links_page, name="wall-links"),
+    path("wall/links/<int:pk>/revoke", live_views.wall_link_revoke_view, name="wall-link-revoke"),
+    path("metrics", metrics_view, name="metrics"),
 ]

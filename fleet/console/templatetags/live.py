@@ -1,0 +1,61 @@
+"""Formatting of live figures in server-rendered pages (the same as static/js/live.js)."""
+
+from django import template
+from django.utils.html import format_html
+
+register = template.Library()
+
+
+def _float(value) -> float | None:
+    """Missing figures (None, "" from an absent snapshot key) render as a dash."""
+    try:
+        return None if value is None or value == "" else float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+@register.filter
+def num(value, digits=1):
+    value = _float(value)
+    return "—" if value is None else f"{value:,.{int(digits)}f}"
+
+
+@register.filter
+def pct(value, digits=1):
+    value = _float(value)
+    return "—" if value is None else f"{value * 100:.{int(digits)}f}%"
+
+
+@register.filter
+def watts(value):
+    value = _float(value)
+    if value is None:
+        return "—"
+    return f"{value / 1000:.1f} kW" if value >= 10000 else f"{value:.0f} W"
+
+
+@register.filter
+def source_pill(source):
+    if not source or not isinstance(source, str):
+        return ""
+    if source.startswith("measured"):
+        sensor = f" · {source.split('-', 1)[1].upper()}" if "-" in source else ""
+        return format_html(
+            '<span class="pill pill-measured" title="Measured power">measured{}</span>', sensor
+        )
+    if source == "mixed":
+        return format_html(
+            '<span class="pill pill-modeled" title="Part of this power is modeled from '
+            'hardware profiles">partly modeled</span>'
+        )
+    return format_html(
+        '<span class="pill pill-modeled" title="Modeled from the hardware profile and '
+        'utilization">modeled</span>'
+    )
+
+
+@register.filter
+def get(mapping, key):
+    if not mapping:
+        return None
+    return mapping.get(key) if hasattr(mapping, "get") else None

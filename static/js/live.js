@@ -1,0 +1,251 @@
+/* Tandem live console: one websocket with reconnect, formatting, and chart helpers.
+   Used by fleet.js, pipeline.js, node.js and wall.js. No framework; Plotly for charts. */
+(function () {
+  "use strict";
+
+  var COLORS = {
+    accept: "#3ecf8e",
+    alpha: "#9be9c4",
+    length: "#7aa2ff",
+    tokens: "#7aa2ff",
+    batch: "#f5a524",
+    p50: "#f5a524",
+    p99: "#f25f5c",
+    draft: "#b48cff",
+    verify: "#4cc9f0",
+    power: "#e3e7ef",
+    tpj: "#3ecf8e",
+    util: "#4cc9f0",
+    grid: "#232a38",
+    text: "#8b95a7",
+  };
+
+  function fmt(value, digits, unit) {
+    if (value === null || value === undefined || Number.isNaN(value)) return "—";
+    var d = digits === undefined ? 1 : digits;
+    var v = Number(value);
+    var s;
+    if (Math.abs(v) >= 1e6) s = (v / 1e6).toFixed(2) + "M";
+    else if (Math.abs(v) >= 1e4) s = (v / 1e3).toFixed(1) + "k";
+    else s = v.toFixed(d);
+    return unit ? s + " " + unit : s;
+  }
+  function pct(value, digits) {
+    if (value === null || value === undefined) return "—";
+    return (value * 100).toFixed(digits === undefined ? 1 : digits) + "%";
+  }
+  function watts(value) {
+    if (value === null || value === undefined) return "—";
+    if (value >= 10000) return (value / 1000).toFixed(1) + " kW";
+    return value.toFixed(0) + " W";
+  }
+  /* "measured-nvml" | "measured" -> measured; "modeled" -> modeled; "mixed" -> partly modeled */
+  function sourcePill(source) {
+    if (!source) return "";
+    if (source.indexOf("measured") === 0) {
+      var sensor = source.indexOf("-") > 0 ? " · " + source.split("-")[1].toUpperCase() : "";
+      return '<span class="pill pill-measured" title="Measured power">measured' + sensor + "</span>";
+    }
+    if (source === "mixed")
+      return '<span class="pill pill-modeled" title="Part of this power is modeled from hardware profiles">partly modeled</span>';
+    return '<span class="pill pill-modeled" title="Modeled from the hardware profile and utilization">modeled</span>';
+  }
+  function esc(text) {
+    return String(text === null || text === undefined ? "" : text).replace(/[&<>"']/g, function (c) {
+      return { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c];
+    });
+  }
+  function setText(root, selector, text) {
+    var els = (root || document).querySelectorAll(selector);
+    for (var i = 0; i < els.length; i++) if (els[i].textContent !== text) els[i].textContent = text;
+  }
+  function setHTML(root, selector, html) {
+    var els = (root || document).querySelectorAll(selector);
+    for (var i = 0; i < els.length; i++) if (els[i].innerHTML !== html) els[i].innerHTML = html;
+  }
+
+  /* A websocket that comes back: exponential backoff with jitter (0.5 s .. 15 s), a watchdog
+     that reconnects when the server goes quiet (half-open TCP), and re-subscription. */
+  function LiveSocket(path, options) {
+    this.path = path;
+    this.options = options || {};
+    this.attempt = 0;
+    this.lastMessage = 0;
+    this.stopped = false;
+    this.connect();
+    var self = this;
+    this.watchdog = setInterval(function () {
+      if (self.ws && self.ws.readyState === 1 && Date.now() - self.lastMessage > 8000) {
+        self.ws.close();
+      }
+    }, 2000);
+  }
+  LiveSocket.prototype.status = function (state, detail) {
+    var el = document.getElementById("live-status");
+    if (el) {
+      el.className = "live-status live-" + state;
+      el.querySelector(".live-label").textContent = detail;
+    }
+    if (this.options.onStatus) this.options.onStatus(state, detail);
+  };
+  LiveSocket.prototype.connect = function () {
+    var self = this;
+    var scheme = location.protocol === "https:" ? "wss://" : "ws://";
+    var ws;
+    try {
+      ws = new WebSocket(scheme + location.host + this.path);
+    } catch (e) {
+      this.retry();
+      return;
+    }
+    this.ws = ws;
+    this.status("connecting", this.attempt ? "reconnecting…" : "connecting…");
+    ws.onopen = function () {
+      self.attempt = 0;
+      self.lastMessage = Date.now();
+      self.status("live", "live");
+      (self.options.subscribe || []).forEach(function (sub) {
+        ws.send(JSON.stringify(Object.assign({ action: "subscribe" }, sub)));
+      });
+    };
+    ws.onmessage = function (event) {
+      self.lastMessage = Date.now();
+      var message;
+      try {
+        message = JSON.parse(event.data);
+      } catch (e) {
+        return;
+      }
+      if (message.type === "error") {
+        console.warn("live:", message.detail);
+        return;
+      }
+      if (self.options.onMessage) self.options.onMessage(message);
+    };
+    ws.onclose = function (event) {
+      if (self.stopped) return;
+      if (event.code === 4401 || event.code === 4403) {
+        self.status("denied", event.code === 4401 ? "signed out" : "access revoked");
+        if (self.options.onDenied) self.options.onDenied(event.code);
+        // keep trying slowly: a screen should come back by itself once access is restored
+        self.attempt = Math.max(self.attempt, 6);
+      }
+      self.retry();
+    };
+  };
+  LiveSocket.prototype.retry = function () {
+    var self = this;
+    var base = Math.min(15000, 500 * Math.pow(2, this.attempt));
+    var delay = base / 2 + Math.random() * base / 2;
+    this.attempt += 1;
+    if (this.ws && this.ws.readyState !== 3) return;
+    this.status("down", "reconnecting in " + Math.ceil(delay / 1000) + " s");
+    clearTimeout(this.timer);
+    this.timer = setTimeout(function () {
+      self.connect();
+    }, delay);
+  };
+
+  /* Plotly helpers: one dark layout, time axes, appending live points. */
+  function layout(extra) {
+    var base = {
+      paper_bgcolor: "rgba(0,0,0,0)",
+      plot_bgcolor: "rgba(0,0,0,0)",
+      font: { color: COLORS.text, size: 11, family: "-apple-system, Segoe UI, Roboto, sans-serif" },
+      margin: { l: 44, r: 12, t: 8, b: 28 },
+      xaxis: { type: "date", gridcolor: COLORS.grid, zeroline: false, linecolor: COLORS.grid },
+      yaxis: { gridcolor: COLORS.grid, zeroline: false, rangemode: "tozero", linecolor: COLORS.grid },
+      showlegend: false,
+      legend: { orientation: "h", x: 0, y: 1.15, font: { size: 11 } },
+      hovermode: "x unified",
+    };
+    return Object.assign(base, extra || {});
+  }
+  var CONFIG = { displayModeBar: false, responsive: true };
+
+  function times(series) {
+    return (series.t || []).map(function (t) {
+      return new Date(t * 1000);
+    });
+  }
+  function lineChart(el, series, traces, extraLayout) {
+    if (!el || !window.Plotly) return null;
+    var x = times(series);
+    var data = traces.map(function (tr) {
+      return {
+        x: x.slice(),
+        y: (series[tr.key] || []).map(function (v) {
+          return v === null || v === undefined ? null : v * (tr.scale || 1);
+        }),
+        name: tr.name,
+        type: "scatter",
+        mode: "lines",
+        line: { color: tr.color, width: 2, shape: "spline", smoothing: 0.6 },
+        fill: tr.fill || "none",
+        fillcolor: tr.fillcolor,
+        stackgroup: tr.stack,
+        connectgaps: false,
+        hovertemplate: "%{y:.3~f}" + (tr.unit ? " " + tr.unit : "") + "<extra>" + tr.name + "</extra>",
+      };
+    });
+    Plotly.newPlot(el, data, layout(Object.assign({ showlegend: traces.length > 1 }, extraLayout)), CONFIG);
+    el._traces = traces;
+    return el;
+  }
+  var WINDOW_MS = 30 * 60 * 1000;
+  function appendPoint(el, ts, stats) {
+    if (!el || !el._traces || !window.Plotly || !el.data) return;
+    var when = new Date(ts * 1000);
+    var xs = [],
+      ys = [],
+      idx = [];
+    el._traces.forEach(function (tr, i) {
+      var v = stats[tr.key];
+      xs.push([when]);
+      ys.push([v === null || v === undefined ? null : v * (tr.scale || 1)]);
+      idx.push(i);
+    });
+    var maxPoints = 3600 * 2;
+    Plotly.extendTraces(el, { x: xs, y: ys }, idx, maxPoints);
+    var start = new Date(Date.now() - WINDOW_MS);
+    Plotly.relayout(el, { "xaxis.range": [start, new Date(Date.now() + 5000)] });
+  }
+  function barChart(el, xs, ys, color, extraLayout) {
+    if (!el || !window.Plotly) return;
+    var data = [{ x: xs, y: ys, type: "bar", marker: { color: color }, hovertemplate: "%{x}: %{y:.3~f}<extra></extra>" }];
+    var lay = layout(Object.assign({ xaxis: { type: "category", gridcolor: COLORS.grid, linecolor: COLORS.grid } }, extraLayout || {}));
+    if (el.data) Plotly.react(el, data, lay, CONFIG);
+    else Plotly.newPlot(el, data, lay, CONFIG);
+  }
+  /* Throttle: live points go on charts at most every `ms`. */
+  function every(ms) {
+    var last = 0;
+    return function () {
+      var now = Date.now();
+      if (now - last < ms) return false;
+      last = now;
+      return true;
+    };
+  }
+  function jsonScript(id) {
+    var el = document.getElementById(id);
+    return el ? JSON.parse(el.textContent) : null;
+  }
+
+  window.Tandem = {
+    COLORS: COLORS,
+    fmt: fmt,
+    pct: pct,
+    watts: watts,
+    sourcePill: sourcePill,
+    esc: esc,
+    setText: setText,
+    setHTML: setHTML,
+    LiveSocket: LiveSocket,
+    lineChart: lineChart,
+    appendPoint: appendPoint,
+    barChart: barChart,
+    every: every,
+    jsonScript: jsonScript,
+  };
+})();

@@ -1,0 +1,107 @@
+"""/metrics: vLLM-style names, DCGM-like power with measured|modeled, and who may read it."""
+
+import time
+
+import pytest
+from django.test import Client
+from prometheus_client.parser import text_string_to_metric_families
+
+from fleet.telemetry.aggregator import Aggregator
+from fleet.telemetry.ingest import client, encode
+from fleet.telemetry.registry import load_registry
+from fleet.telemetry.snapshot import LIVE_KEY
+from tests.telemetry import factories as f
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def live():
+    p = f.pipeline(name="chat")
+    v, vt = f.node(name="gpu-1")
+    d, dt = f.node(name="sram-1")
+    f.place(v, p, "verify")
+    f.place(d, p, "draft")
+    agg = Aggregator()
+    agg.set_registry(load_registry())
+    now = time.time()
+    for i in range(3):
+        agg.ingest_entry(encode(v.id, f.verify_sample(ts=now + i), key=f.key_of(vt)), now=now + i)
+        agg.ingest_entry(encode(d.id, f.draft_sample(ts=now + i), key=f.key_of(dt)), now=now + i)
+    client().hset(LIVE_KEY, mapping=agg.build(now + 2.5)["snapshot"])
+
+
+def _samples(text: str) -> dict:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out.setdefault(s.name, []).append(s)
+    return out
+
+
+def _one(samples, name, **labels):
+    [hit] = [s for s in samples[name] if all(s.labels.get(k) == v for k, v in labels.items())]
+    return hit.value
+
+
+def test_metrics_names_and_values(live, monkeypatch):
+    monkeypatch.delenv("TANDEM_METRICS_TOKEN", raising=False)
+    response = Client(REMOTE_ADDR="127.0.0.1").get("/metrics")
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/plain")
+    s = _samples(response.content.decode())
+    lv = {"pipeline": "chat", "node": "gpu-1", "role": "verify"}
+    assert _one(s, "tandem:spec_decode_num_drafts_total", **lv) == 30
+    assert _one(s, "tandem:spec_decode_num_draft_tokens_total", **lv) == 120
+    assert _one(s, "tandem:spec_decode_num_accepted_tokens_total", **lv) == 72
+    assert _one(s, "tandem:spec_decode_num_accepted_tokens_per_pos_total", position="0", **lv) == 24
+    assert _one(s, "tandem:generation_tokens_total", **lv) == 102
+    assert _one(s, "tandem:inter_token_latency_seconds_count", **lv) == 12
+    assert _one(s, "tandem:inter_token_latency_seconds_bucket", le="+Inf", **lv) == 12
+    assert "tandem:time_to_first_token_seconds_bucket" in s
+    assert _one(s, "tandem:num_requests_running", **lv) == 8
+    assert _one(s, "tandem:num_requests_waiting", **lv) == 2
+    assert _one(s, "tandem:node_power_usage_watts", source="measured", sensor="nvml", **lv) == 300
+    assert (
+        _one(s, "tandem:node_power_usage_watts", node="sram-1", source="modeled", role="draft")
+        == 100
+    )
+    assert (
+        _one(
+            s,
+            "tandem:node_total_energy_consumption_joules_total",
+            node="gpu-1",
+            energy_role="verify",
+        )
+        == 900
+    )
+    assert _one(s, "tandem:fleet_power_watts", source="mixed") == 400
+    assert _one(s, "tandem:pipeline_acceptance_rate", pipeline="chat") == pytest.approx(0.6)
+    assert _one(s, "tandem:telemetry_samples_total") == 6
+
+
+def test_metrics_access(live, monkeypatch, viewer, outsider):
+    from tests.conftest import client_for
+
+    monkeypatch.delenv("TANDEM_METRICS_TOKEN", raising=False)
+    assert Client(REMOTE_ADDR="10.0.0.9").get("/metrics").status_code == 403
+    viewer_key = client_for(viewer)._credentials["HTTP_AUTHORIZATION"]
+    outsider_key = client_for(outsider)._credentials["HTTP_AUTHORIZATION"]
+    remote = Client(REMOTE_ADDR="10.0.0.9")
+    assert remote.get("/metrics", HTTP_AUTHORIZATION=viewer_key).status_code == 200
+    assert remote.get("/metrics", HTTP_AUTHORIZATION=outsider_key).status_code == 403
+    assert remote.get("/metrics", HTTP_AUTHORIZATION="Bearer tdm_nope_nope").status_code == 401
+    monkeypatch.setenv("TANDEM_METRICS_TOKEN", "s3cret-scrape-token")
+    assert Client(REMOTE_ADDR="127.0.0.1").get("/metrics").status_code == 401
+    assert remote.get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
+    ok = remote.get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret-scrape-token")
+    assert ok.status_code == 200 and b"tandem:spec_decode_num_drafts_total" in ok.content
+    assert (
+        remote.post("/metrics", HTTP_AUTHORIZATION="Bearer s3cret-scrape-token").status_code == 405
+    )
+
+
+def test_metrics_with_no_aggregator(monkeypatch, db):
+    monkeypatch.delenv("TANDEM_METRICS_TOKEN", raising=False)
+    response = Client(REMOTE_ADDR="127.0.0.1").get("/metrics")
+    assert response.status_code == 200 and b"tandem:fleet_nodes" in response.content
