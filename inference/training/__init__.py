@@ -1,0 +1,1 @@
+"""Training of the demo target/draft pair (pure PyTorch, no Django)."""
