@@ -1,0 +1,402 @@
+"""`manage.py bench_telemetry --nodes 1000 [--seconds 20] [--json FILE]`
+
+Feeds N simulated nodes, one signed sample per node per second, through the real ingest path
+(Redis stream), with the real aggregator (`run_aggregator` subprocess) and a real ASGI server
+(daphne subprocess). Two real websocket clients measure what a browser sees:
+- the fleet page's socket (a logged-in viewer, /ws/live/, every node row in each message),
+- the wall's socket (a signed wall link, /ws/wall/).
+Lag = receive time - the newest sample timestamp a message includes. Prints and (with --json)
+writes nodes, lag_p50_s, lag_p99_s, lag_max_s, messages_per_s_to_browser and more.
+
+The bench creates its nodes, pipelines, user and wall link in the configured database (all
+marked simulated, names starting with `bench-`) and deletes them afterwards (--keep keeps them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+
+from fleet.embedded_redis import ensure_redis_url
+
+WARMUP_S = 3.0
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _cpu_s(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]
+
+
+class Command(BaseCommand):
+    help = "Benchmark the telemetry path: N simulated nodes -> Redis -> aggregator -> websocket."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--nodes", type=int, default=1000)
+        parser.add_argument("--seconds", type=float, default=20.0)
+        parser.add_argument("--pipelines", type=int, default=4)
+        parser.add_argument("--json", dest="json_path", default=None)
+        parser.add_argument("--keep", action="store_true", help="keep the bench rows")
+
+    def handle(self, *args, nodes: int, seconds: float, pipelines: int, json_path, keep, **opts):
+        if nodes < 1 or seconds <= WARMUP_S:
+            raise CommandError(f"--nodes >= 1 and --seconds > {WARMUP_S} please")
+        redis_server = ensure_redis_url(settings.DATA_DIR)
+        settings.REDIS_URL = os.environ["REDIS_URL"]
+        call_command("migrate", interactive=False, verbosity=0)
+        run = secrets.token_hex(3)
+        procs: list[subprocess.Popen] = []
+        world = None
+        try:
+            world = self._create(run, nodes, max(1, pipelines))
+            port = _free_port()
+            env = {**os.environ, "REDIS_URL": settings.REDIS_URL, "PYTHONUNBUFFERED": "1"}
+            manage = str(Path(settings.BASE_DIR) / "manage.py")
+            aggregator = subprocess.Popen(
+                [sys.executable, manage, "run_aggregator"],
+                env=env,
+                start_new_session=True,
+                stdout=subprocess.DEVNULL,
+            )
+            procs.append(aggregator)
+            daphne = subprocess.Popen(
+                [sys.executable, "-m", "daphne", "-v", "0", "-b", "127.0.0.1", "-p", str(port)]
+                + ["fleet.asgi:application"],
+                env=env,
+                start_new_session=True,
+            )
+            procs.append(daphne)
+            self._wait_ready(port, procs)
+            self.stdout.write(
+                f"bench {run}: {nodes} nodes in {pipelines} pipelines, {seconds:.0f} s, "
+                f"daphne :{port}, aggregator pid {aggregator.pid}"
+            )
+            cpu0 = {p.pid: _cpu_s(p.pid) for p in procs}
+            stop = threading.Event()
+            publisher = threading.Thread(
+                target=_publish, args=(world["nodes"], stop), name="bench-publisher", daemon=True
+            )
+            publisher.start()
+            t0 = time.monotonic()
+            result = asyncio.run(_measure(port, world, seconds))
+            elapsed = time.monotonic() - t0
+            stop.set()
+            publisher.join(timeout=5)
+            cpu = {
+                name: round(100 * (_cpu_s(p.pid) - cpu0[p.pid]) / elapsed, 1)
+                for name, p in (("aggregator", aggregator), ("daphne", daphne))
+            }
+            meta = _meta()
+        finally:
+            for proc in procs:
+                _stop(proc)
+            if world is not None and not keep:
+                self._delete(world)
+            if redis_server:
+                redis_server.stop()
+        report = {
+            "nodes": nodes,
+            "pipelines": pipelines,
+            "seconds": seconds,
+            **result,
+            "aggregator_samples": meta.get("samples"),
+            "aggregator_dropped": meta.get("dropped", {}),
+            "cpu_percent": cpu,
+            "cpus": os.cpu_count(),
+        }
+        self.stdout.write(json.dumps(report, indent=2))
+        verdict = "OK" if (report["lag_p99_s"] or 99) <= 2.0 else "OVER TARGET"
+        self.stdout.write(f"lag p99 {report['lag_p99_s']} s (target <= 2 s): {verdict}")
+        if json_path:
+            Path(json_path).write_text(json.dumps(report, indent=2) + "\n")
+            self.stdout.write(f"written {json_path}")
+
+    # --- setup / teardown -----------------------------------------------------------------------
+    def _create(self, run: str, n: int, n_pipelines: int) -> dict:
+        from django.contrib.auth import get_user_model
+        from django.db import transaction
+        from django.test import Client
+
+        from fleet.accounts.secrets import new_secret
+        from fleet.accounts.services import user_set_role
+        from fleet.console.models import WallLink
+        from fleet.console.services import wall_token
+        from fleet.nodes.models import HardwareProfile, Node, NodeToken
+        from fleet.pipelines.models import Pipeline, Placement
+
+        with transaction.atomic():
+            profile = HardwareProfile.objects.order_by("id").first()
+            if profile is None:
+                profile = HardwareProfile.objects.create(
+                    slug=f"bench-{run}",
+                    kind="gpu",
+                    vendor="Bench",
+                    model="Simulated",
+                    memory_gb=80,
+                    memory_bandwidth_gbs=3000,
+                    peak_bf16_tflops=900,
+                    tdp_w=700,
+                    idle_w=80,
+                )
+            pipes = [
+                Pipeline.objects.create(
+                    name=f"bench-{run}-{i}",
+                    target_model="bench",
+                    draft_model="bench",
+                    simulated=True,
+                )
+                for i in range(n_pipelines)
+            ]
+            nodes = Node.objects.bulk_create(
+                Node(
+                    name=f"bench-{run}-{i:05d}",
+                    profile=profile,
+                    roles=["draft", "verify"],
+                    state="online",
+                    simulated=True,
+                )
+                for i in range(n)
+            )
+            if not nodes or nodes[0].pk is None:  # backends without RETURNING
+                nodes = list(Node.objects.filter(name__startswith=f"bench-{run}-").order_by("name"))
+            tokens, keyed = [], []
+            for i, node in enumerate(nodes):
+                plain, prefix, digest = new_secret("tdn")
+                tokens.append(NodeToken(node=node, prefix=prefix, token_hash=digest))
+                role = "verify" if i % 5 == 0 else "draft"
+                keyed.append((node.pk, digest, role, pipes[i % n_pipelines].pk))
+            NodeToken.objects.bulk_create(tokens)
+            Placement.objects.bulk_create(
+                Placement(node_id=nid, pipeline_id=pid, role=role) for nid, _, role, pid in keyed
+            )
+            user = get_user_model().objects.create_user(
+                username=f"bench-{run}", password=secrets.token_urlsafe(16)
+            )
+            user_set_role(user=user, role="viewer")
+            link = WallLink.objects.create(name=f"bench-{run}")
+        browser = Client()
+        browser.force_login(user)
+        return {
+            "run": run,
+            "nodes": keyed,
+            "pipelines": [p.pk for p in pipes],
+            "node_ids": [k[0] for k in keyed],
+            "user": user.pk,
+            "cookie": f"sessionid={browser.cookies[settings.SESSION_COOKIE_NAME].value}",
+            "wall_token": wall_token(link),
+            "link": link.pk,
+        }
+
+    def _delete(self, world: dict) -> None:
+        from django.contrib.auth import get_user_model
+
+        from fleet.console.models import WallLink
+        from fleet.nodes.models import Node
+        from fleet.pipelines.models import Pipeline
+        from fleet.telemetry.models import Rollup
+
+        Rollup.objects.filter(scope="node", scope_id__in=world["node_ids"]).delete()
+        Rollup.objects.filter(scope="pipeline", scope_id__in=world["pipelines"]).delete()
+        Node.objects.filter(pk__in=world["node_ids"]).delete()
+        Pipeline.objects.filter(pk__in=world["pipelines"]).delete()
+        WallLink.objects.filter(pk=world["link"]).delete()
+        get_user_model().objects.filter(pk=world["user"]).delete()
+
+    def _wait_ready(self, port: int, procs: list, timeout: float = 60.0) -> None:
+        from fleet.telemetry.snapshot import read_fields
+
+        deadline = time.monotonic() + timeout
+        web_ok = agg_ok = False
+        while time.monotonic() < deadline:
+            for proc in procs:
+                if proc.poll() is not None:
+                    raise CommandError(f"a bench process exited early ({proc.args[:3]})")
+            if not web_ok:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2):
+                        web_ok = True
+                except OSError:
+                    pass
+            if not agg_ok:
+                meta = read_fields("meta")[0]
+                agg_ok = bool(meta and meta.get("ts", 0) > time.time() - 10)
+            if web_ok and agg_ok:
+                return
+            time.sleep(0.2)
+        raise CommandError("daphne or the aggregator did not come up in time")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _meta() -> dict:
+    from fleet.telemetry.snapshot import read_fields
+
+    return read_fields("meta")[0] or {}
+
+
+def _sample(role: str, rng, now: float) -> dict:
+    if role == "verify":
+        batch = rng.choice((8, 16, 24, 32))
+        drafts = batch * 10
+        per_pos = [int(drafts * 0.8 ** (i + 1) * rng.uniform(0.95, 1.05)) for i in range(4)]
+        accepted = sum(per_pos)
+        return {
+            "ts": now,
+            "interval_s": 1.0,
+            "role": "verify",
+            "simulated": True,
+            "num_drafts": drafts,
+            "num_draft_tokens": drafts * 4,
+            "num_accepted_tokens": accepted,
+            "num_accepted_tokens_per_pos": per_pos,
+            "generation_tokens": accepted + drafts,
+            "verify_batch_hist": {str(batch): 10},
+            "verify_step_s": 0.03 + batch * 0.001,
+            "num_requests_running": batch,
+            "num_requests_waiting": rng.randint(0, 4),
+            "itl_s": [rng.uniform(0.02, 0.08) for _ in range(4)],
+            "power_w": rng.uniform(450, 650),
+            "power_source": "modeled",
+            "utilization": rng.uniform(0.6, 0.95),
+        }
+    return {
+        "ts": now,
+        "interval_s": 1.0,
+        "role": "draft",
+        "simulated": True,
+        "draft_steps": 160,
+        "draft_step_s": 0.004,
+        "power_w": rng.uniform(60, 90),
+        "power_source": "modeled",
+        "utilization": rng.uniform(0.5, 0.9),
+    }
+
+
+def _publish(nodes: list, stop: threading.Event, slices: int = 20) -> None:
+    """Every node once a second, spread over the second in `slices` pipelined batches."""
+    import random
+
+    from fleet.telemetry.ingest import client, publish_many
+
+    rng = random.Random(7)
+    r = client()
+    per_slice = max(1, -(-len(nodes) // slices))
+    chunks = [nodes[i : i + per_slice] for i in range(0, len(nodes), per_slice)]
+    step = 1.0 / len(chunks)
+    next_at = time.monotonic()
+    while not stop.is_set():
+        for chunk in chunks:
+            now = time.time()
+            publish_many(
+                ((nid, _sample(role, rng, now), key) for nid, key, role, _ in chunk), redis=r
+            )
+            next_at += step
+            delay = next_at - time.monotonic()
+            if delay > 0:
+                if stop.wait(delay):
+                    return
+            elif delay < -2.0:
+                next_at = time.monotonic()  # fell behind: do not burst
+
+
+async def _measure(port: int, world: dict, seconds: float) -> dict:
+    import websockets
+
+    origin = f"http://127.0.0.1:{port}"
+    base = f"ws://127.0.0.1:{port}"
+    stats = {"fleet": {"lags": [], "n": 0, "bytes": 0}, "wall": {"lags": [], "n": 0, "bytes": 0}}
+    started = time.time()
+    deadline = started + seconds
+
+    async def reader(name: str, url: str, headers: dict, subscribe: dict | None):
+        async with websockets.connect(
+            url, origin=origin, additional_headers=headers, max_size=2**24
+        ) as ws:
+            if subscribe:
+                await ws.send(json.dumps(subscribe))
+            while True:
+                remaining = deadline - time.time()
+                if remaining <= 0:
+                    return
+                try:
+                    raw = await asyncio.wait_for(ws.recv(), timeout=remaining)
+                except TimeoutError:
+                    return
+                received = time.time()
+                message = json.loads(raw)
+                if message.get("type") != "fleet.update" or received - started < WARMUP_S:
+                    continue
+                s = stats[name]
+                s["n"] += 1
+                s["bytes"] += len(raw)
+                if message.get("newest_ts"):
+                    s["lags"].append(received - message["newest_ts"])
+
+    await asyncio.gather(
+        reader(
+            "fleet",
+            f"{base}/ws/live/",
+            {"Cookie": world["cookie"]},
+            {"action": "subscribe", "topic": "fleet"},
+        ),
+        reader("wall", f"{base}/ws/wall/?token={world['wall_token']}", {}, None),
+    )
+    window = seconds - WARMUP_S
+    fleet, wall = stats["fleet"], stats["wall"]
+
+    def r(v):
+        return None if v is None else round(v, 3)
+
+    return {
+        "lag_p50_s": r(_percentile(fleet["lags"], 0.5)),
+        "lag_p99_s": r(_percentile(fleet["lags"], 0.99)),
+        "lag_max_s": r(max(fleet["lags"]) if fleet["lags"] else None),
+        "lag_mean_s": r(statistics.fmean(fleet["lags"]) if fleet["lags"] else None),
+        "messages_per_s_to_browser": round(fleet["n"] / window, 2),
+        "bytes_per_s_to_browser": round(fleet["bytes"] / window),
+        "fleet_messages": fleet["n"],
+        "wall_lag_p99_s": r(_percentile(wall["lags"], 0.99)),
+        "wall_messages_per_s": round(wall["n"] / window, 2),
+    }
