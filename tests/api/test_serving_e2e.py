@@ -83,6 +83,14 @@ def test_openai_client_through_real_workers(asgi_url, tmp_path, operator, settin
         for node, role, token in nodes:
             workers.start(node, role, token)
         wait_online(nodes, workers)
+        try:
+            _exercise(client, pipeline, prompts, target, draft, workers)
+        except openai.APIError as exc:
+            raise AssertionError(f"{exc!r}\n{workers.logs()}") from exc
+
+
+def _exercise(client, pipeline, prompts, target, draft, workers):
+    if True:
         assert [m.id for m in client.models.list()] == ["e2e"]
 
         # Non-streaming and streaming completions, concurrently (the verifier batches them).
