@@ -15,6 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from fleet.nodes.choices import NodeState
+from fleet.nodes.models import Node
 from fleet.pipelines.models import Pipeline
 from inference import streams
 from inference.models import Generation, GenerationState
@@ -204,18 +205,23 @@ def generation_reroute(*, generation: Generation, reason: str) -> Generation:
     if generation.is_terminal:
         return generation
     old = {n for n in (generation.drafter_id, generation.verifier_id) if n}
+    bad = (
+        set(Node.objects.filter(pk__in=old, state__in=UNHEALTHY).values_list("pk", flat=True))
+        or old
+    )
     if generation.attempts >= MAX_ATTEMPTS:
         _end(generation, state=S.FAILED, finish_reason="error",
              error=f"{reason}; gave up after {generation.attempts} attempts")  # fmt: skip
         return generation
     try:
-        pair = pick_pair(generation.pipeline, exclude=old)
+        pair = pick_pair(generation.pipeline, exclude=bad)
     except NoCapacity as exc:
         _end(generation, state=S.FAILED, finish_reason="error", error=f"{reason}; {exc}")
         return generation
     if generation.state != S.QUEUED:
         generation.check_transition(S.QUEUED)
         generation.state = S.QUEUED
+    old_attempt = generation.attempts
     generation.drafter, generation.verifier = pair.drafter, pair.verifier
     generation.attempts += 1
     generation.save(update_fields=["state", "drafter", "verifier", "attempts"])
@@ -224,8 +230,8 @@ def generation_reroute(*, generation: Generation, reason: str) -> Generation:
 
     def after():
         streams.publish(gid, streams.requeued_event(reason))
-        for node_id in old:
-            messaging.send(node_id, "cancel", {"gen": str(gid)})
+        for node_id in old:  # the old attempt ends there (a live node frees its slots)
+            messaging.send(node_id, "cancel", {"gen": str(gid), "attempt": old_attempt})
         messaging.send(verifier_id, "start", payload)
 
     transaction.on_commit(after)

@@ -8,7 +8,7 @@ import time
 from collections import defaultdict
 
 from fleet.pipelines.policy import k_for
-from inference.worker.host import BaseLoop
+from inference.worker.host import FINAL, BaseLoop
 
 logger = logging.getLogger(__name__)
 
@@ -20,6 +20,7 @@ class DraftLoop(BaseLoop):
         super().__init__(**kwargs)
         self.engine = engine
         self.verifier_of: dict[str, int] = {}  # gen -> verifier node id
+        self.attempt_of: dict[str, int] = {}
         self.ready: list[str] = []
         self.measured: dict = {}  # adaptive k: goodput by k (filled by the planner's policy)
 
@@ -27,9 +28,9 @@ class DraftLoop(BaseLoop):
         if kind == "draft_start":
             self._add(p)
         elif kind == "results":
-            self._commit(p["results"])
+            self._commit(p["verifier"], p["results"])
         elif kind == "cancel":
-            self.drop(p["gen"])
+            self.drop(p["gen"], p.get("attempt", FINAL))
         elif kind == "config":
             self.apply_pipeline_config(p)
         else:
@@ -39,11 +40,11 @@ class DraftLoop(BaseLoop):
         from inference.engine.sampling import SamplingParams
 
         for s in p["seqs"]:
-            gid = s["gen"]
-            if gid in self.tombstones:
+            gid, attempt = s["gen"], s.get("attempt", 1)
+            if self.tombstones.blocks(gid, attempt):
                 continue
-            if gid in self.verifier_of:  # a restart of the same sequence: begin again
-                self.drop(gid, tombstone=False)
+            if gid in self.verifier_of:  # a re-routed sequence: begin again
+                self.drop(gid, self.attempt_of[gid])
             try:
                 self.engine.add(gid, s["ctx"], SamplingParams.from_json(s["params"]))
             except Exception:
@@ -53,29 +54,30 @@ class DraftLoop(BaseLoop):
                 self.send(p["verifier"], "drafts", {"drafter": self.node_id,
                           "drafts": [{"seq_id": gid, "tokens": [], "probs": None}]})  # fmt: skip
                 continue
-            self.verifier_of[gid] = p["verifier"]
+            self.verifier_of[gid], self.attempt_of[gid] = p["verifier"], attempt
             self.ready.append(gid)
         self._inspect_dirty = True
 
-    def _commit(self, results: list[dict]) -> None:
+    def _commit(self, verifier: int, results: list[dict]) -> None:
         for r in results:
             gid = r["seq_id"]
-            if gid not in self.verifier_of:
+            if self.verifier_of.get(gid) != verifier:  # unknown, or a stale verifier's
                 continue
             if r["finished"]:
-                self.drop(gid)
+                self.drop(gid, self.attempt_of[gid])
                 continue
             self.engine.commit(gid, r["tokens"], r["n_accepted"])
             self.ready.append(gid)
 
-    def drop(self, gid: str, *, tombstone: bool = True) -> None:
-        if tombstone:
-            self.tombstones.add(gid)
-        if self.verifier_of.pop(gid, None) is not None:
+    def drop(self, gid: str, attempt: float = FINAL) -> None:
+        self.tombstones.add(gid, attempt)
+        if gid in self.verifier_of and self.attempt_of[gid] <= attempt:
+            self.verifier_of.pop(gid)
+            self.attempt_of.pop(gid)
             self.engine.free(gid)
             self._inspect_dirty = True
-        if gid in self.ready:
-            self.ready.remove(gid)
+            if gid in self.ready:
+                self.ready.remove(gid)
 
     def step(self) -> None:
         for kind, payload in self._drain(0.0 if self.ready else 0.5):

@@ -33,20 +33,26 @@ def install(loop: BaseLoop) -> None:
     _current = loop
 
 
+FINAL = float("inf")
+
+
 class Tombstones:
-    """Recently ended generation ids (bounded), so a late start or draft is dropped."""
+    """Recently ended generations (bounded): gen id -> the last attempt that ended here
+    (FINAL after a cancel). A late start or draft of an ended attempt is dropped; a later
+    attempt (a re-route back to this node) is not."""
 
     def __init__(self, size: int = 4096):
-        self.ids: OrderedDict[str, None] = OrderedDict()
+        self.ids: OrderedDict[str, float] = OrderedDict()
         self.size = size
 
-    def add(self, gid: str) -> None:
-        self.ids[gid] = None
+    def add(self, gid: str, attempt: float = FINAL) -> None:
+        self.ids[gid] = max(attempt, self.ids.get(gid, 0))
+        self.ids.move_to_end(gid)
         while len(self.ids) > self.size:
             self.ids.popitem(last=False)
 
-    def __contains__(self, gid: str) -> bool:
-        return gid in self.ids
+    def blocks(self, gid: str, attempt: float) -> bool:
+        return gid in self.ids and self.ids[gid] >= attempt
 
 
 class BaseLoop:

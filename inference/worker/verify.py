@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 from inference import services, streams
 from inference.worker.detok import Detokenizer
-from inference.worker.host import BaseLoop
+from inference.worker.host import FINAL, BaseLoop
 from inference.worker.loading import sampling_params
 
 logger = logging.getLogger(__name__)
@@ -64,17 +64,19 @@ class VerifyLoop(BaseLoop):
                 if draft.seq_id in self.seqs:
                     self.pending[draft.seq_id] = (draft.tokens, draft.probs, now)
         elif kind == "cancel":
-            self.drop(p["gen"])
+            self.drop(p["gen"], p.get("attempt", FINAL))
         elif kind == "config":
             self.apply_pipeline_config(p)
         else:
             logger.warning("verifier %s: unknown message %r", self.node_id, kind)
 
-    def drop(self, gid: str) -> None:
-        self.tombstones.add(gid)
-        self.pending.pop(gid, None)
-        self.starts = [s for s in self.starts if s["gen"] != gid]
-        if self.seqs.pop(gid, None) is not None:
+    def drop(self, gid: str, attempt: float = FINAL) -> None:
+        self.tombstones.add(gid, attempt)
+        self.starts = [s for s in self.starts if not self.tombstones.blocks(s["gen"], s["attempt"])]
+        seq = self.seqs.get(gid)
+        if seq is not None and seq.attempt <= attempt:
+            self.seqs.pop(gid)
+            self.pending.pop(gid, None)
             self.engine.free(gid)
             self._inspect_dirty = True
 
@@ -95,8 +97,8 @@ class VerifyLoop(BaseLoop):
         for kind, payload in self._drain(timeout):
             self.handle(kind, payload)
         if self.starts:
-            self._start(self.starts)
-            self.starts = []
+            starts, self.starts = self.starts, []
+            self._start(starts)
         ready = self._ready()
         if not ready:
             return
@@ -115,11 +117,21 @@ class VerifyLoop(BaseLoop):
     # -- prefill -------------------------------------------------------------------------------------
     def _start(self, starts: list[dict]) -> None:
         starts = [
-            p for p in starts if p["gen"] not in self.tombstones and p["gen"] not in self.seqs
+            p
+            for p in starts
+            if not self.tombstones.blocks(p["gen"], p["attempt"]) and p["gen"] not in self.seqs
         ]
         if not starts:
             return
-        claimed = self._claim(starts)
+        try:
+            claimed = self._claim(starts)
+        except Exception:  # the database is busy or away: try again next step, lose nothing
+            logger.exception(
+                "verifier %s: claiming %d starts failed; retrying", self.node_id, len(starts)
+            )
+            self.starts.extend(starts)
+            time.sleep(0.2)
+            return
         items, infos = [], []
         for p in starts:
             if p["gen"] not in claimed:
@@ -211,8 +223,9 @@ class VerifyLoop(BaseLoop):
             if drafter_starts is not None and not r.finished:
                 ctx = items[i][1] + r.tokens
                 drafter_starts[seq.drafter].append(
-                    {"gen": seq.gen, "ctx": ctx, "params": items[i][2].to_json()}
-                )
+                    {"gen": seq.gen, "attempt": seq.attempt, "ctx": ctx,
+                     "params": items[i][2].to_json()}
+                )  # fmt: skip
             if by_drafter is not None:
                 by_drafter[seq.drafter].append(r.to_json())
         return events
@@ -221,7 +234,7 @@ class VerifyLoop(BaseLoop):
         counters = self.engine.free(seq.gen)
         self.seqs.pop(seq.gen, None)
         self.pending.pop(seq.gen, None)
-        self.tombstones.add(seq.gen)
+        self.tombstones.add(seq.gen, seq.attempt)
         self.stats.finished += 1
         self._inspect_dirty = True
         self.later(
@@ -236,7 +249,7 @@ class VerifyLoop(BaseLoop):
         )
 
     def _fail(self, seq: VSeq, error: str) -> None:
-        self.tombstones.add(seq.gen)
+        self.tombstones.add(seq.gen, seq.attempt)
         self.stats.errors += 1
         streams.publish(seq.gen, streams.error_event(error))
         self.later(services.generation_finish, generation_id=seq.gen, attempt=seq.attempt,

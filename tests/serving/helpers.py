@@ -81,7 +81,8 @@ def make_pipeline(name, target, draft, *, kind="model", drafters=1, verifiers=1,
 def database_url() -> str:
     name = connection.settings_dict["NAME"]
     if connection.vendor == "sqlite":
-        return f"sqlite:///{name}"
+        # the same options as settings' default SQLite: IMMEDIATE writers wait, never deadlock
+        return f"sqlite:///{name}?timeout=20&transaction_mode=IMMEDIATE"
     s = connection.settings_dict
     return f"postgres://{s['USER']}:{s['PASSWORD']}@{s['HOST'] or 'localhost'}:{s['PORT'] or 5432}/{name}"
 

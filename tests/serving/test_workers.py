@@ -32,7 +32,7 @@ def prompts(n: int, seed: int = 0) -> list[list[int]]:
     return [[256] + [rng.randrange(32, 127) for _ in range(rng.randrange(4, 16))] for _ in range(n)]
 
 
-def inprocess(target, draft, ps, max_tokens: int, k: int = 4) -> list[list[int]]:
+def inprocess(target, draft, ps, max_tokens: int, k: int = 4, **params) -> list[list[int]]:
     tm, tok = load_checkpoint(target)
     dm, _ = load_checkpoint(draft)
     gen = SpeculativeGenerator(
@@ -40,7 +40,7 @@ def inprocess(target, draft, ps, max_tokens: int, k: int = 4) -> list[list[int]]
         DraftEngine.from_model(dm, tok, n_slots=len(ps)),
         k=k,
     )
-    outs = gen.generate(ps, SamplingParams(temperature=0.0, max_tokens=max_tokens))
+    outs = gen.generate(ps, SamplingParams(temperature=0.0, max_tokens=max_tokens, **params))
     return [o.token_ids for o in outs]
 
 
