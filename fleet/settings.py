@@ -220,6 +220,8 @@ HEARTBEAT_TOLERANCE = env_int("TANDEM_HEARTBEAT_TOLERANCE", 3, minimum=1)
 # Periodic control-plane work, run by the control worker's embedded beat (`manage.py up`).
 CELERY_BEAT_SCHEDULE = {
     "mark-lost-nodes": {"task": "tandem.nodes.mark_lost", "schedule": float(HEARTBEAT_PERIOD_S)},
+    # deadlines, and re-route (or fail) generations held by lost nodes
+    "generations-watchdog": {"task": "tandem.generations.watchdog", "schedule": 1.0},
 }
 
 LOGGING = {
