@@ -36,6 +36,7 @@ from django.utils.module_loading import import_string
 # and the web server. Later: node workers (draft/verify), the simulator.
 CHILD_FACTORIES: list[str] = [
     "fleet.planner.launch.simulator_children",
+    "inference.worker.launch.node_children",
 ]
 
 

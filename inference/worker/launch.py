@@ -1,0 +1,29 @@
+"""`manage.py up` children: one drafter and one verifier worker of the demo pipeline on
+this machine (`run_node --demo` trains the demo pair first if it is missing)."""
+
+from __future__ import annotations
+
+import sys
+
+from fleet.launcher import ChildSpec
+
+
+def node_children(settings) -> list[ChildSpec]:
+    return [
+        ChildSpec(
+            name=f"node-{role}",
+            argv=[
+                sys.executable,
+                "manage.py",
+                "run_node",
+                "--role",
+                role,
+                "--demo",
+                "--loglevel",
+                "WARNING",
+            ],  # fmt: skip
+            env={"OMP_NUM_THREADS": "1"},
+            stop_timeout_s=10.0,
+        )
+        for role in ("verify", "draft")
+    ]
