@@ -14,7 +14,7 @@ def node_children(settings) -> list[ChildSpec]:
             name=f"node-{role}",
             argv=[
                 sys.executable,
-                "manage.py",
+                str(settings.BASE_DIR / "manage.py"),
                 "run_node",
                 "--role",
                 role,
