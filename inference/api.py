@@ -15,7 +15,7 @@ import json
 import django_filters
 from asgiref.sync import sync_to_async
 from django.http import JsonResponse, StreamingHttpResponse
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import generics, serializers, status
 from rest_framework.exceptions import APIException, PermissionDenied
 from rest_framework.response import Response
@@ -47,6 +47,14 @@ class NoCapacityError(APIException):
     default_code = "no_capacity"
 
 
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "string"},
+            {"type": "array", "items": {"type": "string"}, "maxItems": MAX_STOP_SEQUENCES},
+        ]
+    }
+)
 class StopField(serializers.Field):
     """A string or a list of up to four strings; always a list inside."""
 

@@ -1,14 +1,18 @@
-"""The proof: the official `openai` client, unchanged, against a live ASGI server and REAL
-worker processes (`manage.py run_node`, one drafter and one verifier, real Redis, the test
+"""The proof: the official `openai` client, unchanged, against daphne (the production ASGI
+server, a subprocess) and REAL worker processes (`manage.py run_node`, one drafter and one verifier, real Redis, the test
 database) -- greedy output equals the engine's in-process output for the same prompt ids."""
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
-import threading
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import httpx
 import openai
 import pytest
 
@@ -25,28 +29,41 @@ MAX_TOKENS = 20
 
 
 @pytest.fixture
-def asgi_url(transactional_db):
-    import uvicorn
-
-    from fleet.asgi import application
+def daphne_url(transactional_db, tmp_path):
+    """The production ASGI server, daphne, in a subprocess on the test database and Redis."""
+    from tests.serving.helpers import ROOT, database_url
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    server = uvicorn.Server(
-        uvicorn.Config(
-            application, host="127.0.0.1", port=port, log_level="warning", lifespan="off"
-        )
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    env = {**os.environ, "DATABASE_URL": database_url(), "DJANGO_SETTINGS_MODULE": "fleet.settings"}
+    log_path = tmp_path / "daphne.log"
+    argv = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [*argv, "fleet.asgi:application"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, f"daphne exited:\n{log_path.read_text()}"
+            assert time.monotonic() < deadline, f"daphne did not start:\n{log_path.read_text()}"
+            try:
+                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
 
 
 def greedy_inprocess(target, draft, prompt_ids: list[list[int]], max_tokens: int):
@@ -66,7 +83,7 @@ def greedy_inprocess(target, draft, prompt_ids: list[list[int]], max_tokens: int
     return [o.token_ids for o in outs]
 
 
-def test_openai_client_through_real_workers(asgi_url, tmp_path, operator, settings):
+def test_openai_client_through_real_workers(daphne_url, tmp_path, operator, settings):
     from tests.serving.helpers import Workers, make_pipeline, wait_online, write_pair
 
     settings.HEARTBEAT_PERIOD_S = 1
@@ -76,15 +93,16 @@ def test_openai_client_through_real_workers(asgi_url, tmp_path, operator, settin
         k_policy={"mode": "fixed", "k": 4},
     )  # fmt: skip
     key = api_key_create(user=operator, name="e2e")[1]
-    client = openai.OpenAI(base_url=f"{asgi_url}/v1", api_key=key, max_retries=0, timeout=60)
+    client = openai.OpenAI(base_url=f"{daphne_url}/v1", api_key=key, max_retries=0, timeout=60)
     prompts = ["def main(", "import os\n", "class A:", "for i in "]
 
-    with Workers(tmp_path, api_url=asgi_url) as workers:
+    with Workers(tmp_path, api_url=daphne_url) as workers:
         for node, role, token in nodes:
             workers.start(node, role, token)
         wait_online(nodes, workers)
         try:
             _exercise(client, pipeline, prompts, target, draft, workers)
+            _client_leaves(daphne_url, key, pipeline, nodes, workers)
         except openai.APIError as exc:
             raise AssertionError(f"{exc!r}\n{workers.logs()}") from exc
 
@@ -172,3 +190,28 @@ def _exercise(client, pipeline, prompts, target, draft, workers):
         streamed_chat = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
         assert chat.choices[0].message.content == streamed_chat
         assert chat.usage.prompt_tokens == len(b"user: hello\nassistant:")
+
+
+def _client_leaves(url, key, pipeline, nodes, workers):
+    """A streaming client that hangs up: its generation is cancelled, KV slots freed on both
+    nodes. It leaves right after the first chunk (the role), before any token."""
+    from inference.selectors import node_inspect
+
+    payload = {
+        "model": "e2e",
+        "messages": [{"role": "user", "content": "go on"}],
+        "max_tokens": 200,
+        "stream": True,
+    }
+    headers = {"Authorization": f"Bearer {key}"}
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=payload, headers=headers) as r:
+        assert r.status_code == 200
+        assert next(r.iter_lines()).startswith("data: ")
+    generation = Generation.objects.filter(pipeline=pipeline).order_by("-created_at").first()
+    deadline = time.monotonic() + 20
+    while Generation.objects.get(pk=generation.pk).state != "cancelled":
+        assert time.monotonic() < deadline, f"not cancelled\n{workers.logs()}"
+        time.sleep(0.1)
+    while any((node_inspect(n.pk) or {}).get("slots_used") for n, _, _ in nodes):
+        assert time.monotonic() < deadline, [node_inspect(n.pk) for n, _, _ in nodes]
+        time.sleep(0.1)
