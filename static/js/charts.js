@@ -85,7 +85,7 @@
       put("c-power", T.watts(r.power_w) + " " + T.sourcePill(r.src));
       put("c-util", T.pct(r.util, 0));
       put("c-batch", T.fmt(r.batch, 1));
-      put("c-tps", T.fmt(r.tps, 1));
+      put("c-tps", r.role === "draft" && !r.tps ? '<span class="dim" title="Drafters deliver no tokens themselves: their verifiers do">—</span>' : T.fmt(r.tps, 1));
       put("c-acc", T.pct(r.acc));
     });
     T.setText(document, "#n-draft", counts.draft + " live");

@@ -57,7 +57,7 @@
       T.setText(util, ".v", T.pct(r.util, 0));
     }
     put(cell(tr, "c-batch"), T.fmt(r.batch, 1));
-    put(cell(tr, "c-tps"), T.fmt(r.tps, 1));
+    put(cell(tr, "c-tps"), r.role === "draft" && !r.tps ? '<span class="dim" title="Drafters deliver no tokens themselves: their verifiers do">—</span>' : T.fmt(r.tps, 1));
     put(cell(tr, "c-acc"), T.pct(r.acc));
     put(cell(tr, "c-seen"), r.seen_s === null || r.seen_s === undefined ? "never" : Math.round(r.seen_s) + " s ago");
   }

@@ -11,7 +11,7 @@
 
   function clock() {
     var now = new Date();
-    document.getElementById("clock").textContent = now.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+    document.getElementById("clock").textContent = now.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit", hour12: false });
   }
   clock();
   setInterval(clock, 1000);
@@ -52,7 +52,7 @@
     // acceptance on its own axis (0..100 %)
     if (spark.data) {
       Plotly.restyle(spark, { yaxis: "y2" }, [1]);
-      Plotly.relayout(spark, { yaxis2: { overlaying: "y", side: "right", range: [0, 100], ticksuffix: "%", gridcolor: "rgba(0,0,0,0)", color: C.accept } });
+      Plotly.relayout(spark, { yaxis2: { overlaying: "y", side: "right", range: [0, 100], dtick: 25, ticksuffix: "%", gridcolor: "rgba(0,0,0,0)", color: C.accept } });
     }
     cards[p.id] = { el: el, spark: spark };
     return cards[p.id];
