@@ -35,6 +35,7 @@ from django.utils.module_loading import import_string
 # Dotted paths of `factory(settings) -> list[ChildSpec]`, started between the control worker
 # and the web server. Later: node workers (draft/verify), the simulator.
 CHILD_FACTORIES: list[str] = [
+    "fleet.telemetry.launch.aggregator_children",
     "fleet.planner.launch.simulator_children",
     "inference.worker.launch.node_children",
 ]
