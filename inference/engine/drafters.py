@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .kv_cache import CacheOverflow, KVCache
+from .kv_cache import CacheFull, CacheOverflow, KVCache
 from .messages import Draft, SeqId, draft_q, to_wire
-from .model import Transformer
+from .model import Transformer, right_pad
 from .sampling import SamplingParams, derive_seed, exp_noise, logits_to_probs, make_generator
 
 GREEDY = SamplingParams(temperature=0.0)
@@ -31,8 +31,9 @@ class NgramDrafter:
         self.min_n, self.max_n = min_n, max_n
         self.ctx: dict[SeqId, list[int]] = {}
 
-    def add(self, seq_id: SeqId, token_ids: list[int], params: SamplingParams | None) -> None:
-        self.ctx[seq_id] = list(token_ids)
+    def add_many(self, items: list[tuple[SeqId, list[int], SamplingParams | None]]) -> None:
+        for sid, ids, _ in items:
+            self.ctx[sid] = list(ids)
 
     def lookup(self, ctx: list[int], k: int) -> list[int]:
         a = np.asarray(ctx)
@@ -81,20 +82,25 @@ class ModelDrafter:
         return self.model.config.vocab_size
 
     @torch.no_grad()
-    def add(self, seq_id: SeqId, token_ids: list[int], params: SamplingParams | None) -> None:
-        if seq_id in self.seqs:
-            raise ValueError(f"sequence {seq_id!r} already exists")
-        if not token_ids:
-            raise ValueError("a draft context needs at least one token")
-        if len(token_ids) > self.cache.max_len:
-            raise CacheOverflow(f"context of {len(token_ids)} > draft max_len {self.cache.max_len}")
-        params = params or GREEDY
-        slot = self.cache.allocate()
-        gen = make_generator(derive_seed(params.seed, 1), self.device)
-        self.seqs[seq_id] = _Seq(slot, list(token_ids), params, gen)
-        if len(token_ids) > 1:  # prefill all but the last token
-            x = torch.tensor([token_ids[:-1]], device=self.device)
-            self.model.hidden(x, self.cache, torch.tensor([slot]))
+    def add_many(self, items: list[tuple[SeqId, list[int], SamplingParams | None]]) -> None:
+        """Start sequences; their contexts (all but the last token) prefill in one forward."""
+        for sid, ids, _ in items:
+            if sid in self.seqs:
+                raise ValueError(f"sequence {sid!r} already exists")
+            if not ids:
+                raise ValueError("a draft context needs at least one token")
+            if len(ids) > self.cache.max_len:
+                raise CacheOverflow(f"context of {len(ids)} > draft max_len {self.cache.max_len}")
+        if len(items) > self.cache.n_free:
+            raise CacheFull(f"{len(items)} sequences, {self.cache.n_free} free draft slots")
+        for sid, ids, params in items:
+            params = params or GREEDY
+            gen = make_generator(derive_seed(params.seed, 1), self.device)
+            self.seqs[sid] = _Seq(self.cache.allocate(), list(ids), params, gen)
+        pre = [(self.seqs[sid].slot, ids[:-1]) for sid, ids, _ in items if len(ids) > 1]
+        if pre:
+            x, n = right_pad([p for _, p in pre], self.device)
+            self.model.hidden(x, self.cache, torch.tensor([s for s, _ in pre]), n)
 
     @torch.no_grad()
     def propose(self, requests: list[tuple[SeqId, int]]) -> tuple[list[Draft], int]:
@@ -111,8 +117,7 @@ class ModelDrafter:
                 feed = [s.ctx[self.cache.length(s.slot) :] for s in rows]
             else:
                 feed = [s.drafted[-1:] for s in rows]
-            n = torch.tensor([len(f) for f in feed])
-            x = torch.tensor([f + [0] * (int(n.max()) - len(f)) for f in feed], device=self.device)
+            x, n = right_pad(feed, self.device)
             slots = torch.tensor([s.slot for s in rows])
             h = self.model.hidden(x, self.cache, slots, n)
             logits = self.model.lm_head(h[torch.arange(len(rows)), n.to(h.device) - 1])

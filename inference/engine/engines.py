@@ -19,7 +19,7 @@ from .counters import SpecCounters
 from .drafters import ModelDrafter, NgramDrafter
 from .kv_cache import CacheFull, CacheOverflow, KVCache
 from .messages import Draft, SeqId, VerifyResult, draft_q
-from .model import Transformer
+from .model import Transformer, right_pad
 from .rejection import rejection_sample
 from .sampling import SamplingParams, exp_noise, logits_to_probs, make_generator, sample
 from .tokenizer import Tokenizer
@@ -70,9 +70,17 @@ class DraftEngine:
         return d.cache.n_free if isinstance(d, ModelDrafter) else None
 
     def add(self, seq_id: SeqId, token_ids: list[int], params: SamplingParams | None = None) -> None:  # fmt: skip
-        """Start drafting for a sequence whose context (prompt + emitted tokens) is token_ids."""
-        self.drafter.add(seq_id, list(token_ids), params)
-        self.seq_counters[seq_id] = SpecCounters()
+        """Start drafting for a sequence whose context (prompt + emitted tokens) is token_ids.
+        ``params`` (temperature/top-k/top-p/seed) shape the draft distribution; None = greedy."""
+        self.add_many([(seq_id, token_ids, params)])
+
+    def add_many(self, items: list[tuple[SeqId, list[int], SamplingParams | None]]) -> None:
+        """``add`` for many sequences, prefilled in one batched forward."""
+        t0 = time.perf_counter()
+        self.drafter.add_many([(sid, list(ids), p) for sid, ids, p in items])
+        self.counters.record_draft_step(time.perf_counter() - t0, 0)
+        for sid, _, _ in items:
+            self.seq_counters[sid] = SpecCounters()
 
     def propose(self, requests: list[tuple[SeqId, int]]) -> list[Draft]:
         """One draft per (seq_id, k), all sequences batched; k may differ, k=0 -> empty."""
@@ -176,8 +184,7 @@ class VerifyEngine:
             seqs = [self.seqs[sid] for sid, _, _ in run]
             for s in seqs:
                 s.slot = self.cache.allocate()
-            n = torch.tensor([len(p) for _, p, _ in run])
-            x = torch.tensor([p + [0] * (int(n.max()) - len(p)) for _, p, _ in run], device=self.device)  # fmt: skip
+            x, n = right_pad([p for _, p, _ in run], self.device)
             h = self.model.hidden(x, self.cache, torch.tensor([s.slot for s in seqs]), n)
             logits = self.model.lm_head(h[torch.arange(len(run)), n.to(h.device) - 1])
             params = [s.params for s in seqs]
@@ -223,7 +230,7 @@ class VerifyEngine:
         n_draft = torch.tensor([len(d) for _, _, d, _ in rows])
         x = torch.tensor([[s.pending] + d + [0] * (K - len(d)) for _, s, d, _ in rows], device=dev)  # fmt: skip
         slots = torch.tensor([s.slot for _, s, _, _ in rows])
-        start = self.cache.lengths[slots].clone()
+        start = [self.cache.length(s.slot) for _, s, _, _ in rows]
         logits = self.model(x, self.cache, slots, n_draft + 1)  # [B, K+1, V]
         params = [s.params for _, s, _, _ in rows]
         p = logits_to_probs(logits, params)
@@ -245,7 +252,7 @@ class VerifyEngine:
         dt = time.perf_counter() - t0
         self.counters.record_verify_step(dt, B)
         for i, (sid, s, d, _) in enumerate(rows):
-            self.cache.rollback(s.slot, int(start[i]) + 1 + n_acc[i])  # pending + accepted
+            self.cache.rollback(s.slot, start[i] + 1 + n_acc[i])  # pending + accepted
             s.counters.record_verify_step(dt, B)
             out[sid] = self._emit(sid, s, d[: n_acc[i]] + [nxt[i]], n_acc[i], len(d))
 
@@ -261,11 +268,11 @@ class VerifyEngine:
                 r.finish_reason, r.stop_reason = "stop", hit
             elif len(s.generated) >= s.params.max_tokens:
                 r.finish_reason = "length"
+            elif s.prompt_len + len(s.generated) >= self.cache.max_len:
+                r.finish_reason = "length"  # like vLLM's max_model_len: prompt + output
             if r.finish_reason:
                 break
         s.pending = r.tokens[-1]
-        if r.finish_reason is None and self.cache.length(s.slot) + 1 > self.cache.max_len:
-            r.finish_reason = "length"  # no room left for the pending token
         for c in (s.counters, self.counters):
             c.record_round(n_draft, n_acc, len(r.tokens))
         if r.finish_reason:

@@ -67,12 +67,14 @@ class SpeculativeGenerator:
             admit = [queue.popleft() for _ in range(min(len(queue), self._capacity()))]
             if admit:
                 res = self.verify.add_many([(o.seq_id, o.prompt_ids, by_id[o.seq_id][1]) for o in admit])  # fmt: skip
-                for o, r in zip(admit, res, strict=True):
-                    self._apply(o, self._roundtrip(r))
+                started = []
+                for o, r in zip(admit, map(self._roundtrip, res), strict=True):
+                    self._apply(o, r)
                     if not r.finished:
                         active.add(o.seq_id)
-                        if self.draft is not None:
-                            self.draft.add(o.seq_id, o.prompt_ids + o.token_ids, by_id[o.seq_id][1])  # fmt: skip
+                        started.append((o.seq_id, o.prompt_ids + o.token_ids, by_id[o.seq_id][1]))  # fmt: skip
+                if self.draft is not None and started:
+                    self.draft.add_many(started)
             if not active:
                 if queue and not admit:
                     raise RuntimeError("no free slot for a queued request")

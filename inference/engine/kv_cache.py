@@ -38,8 +38,9 @@ class KVCache:
         shape = (n_slots + 1, max_len, n_kv_heads, head_dim)  # +1: scratch slot for padding
         self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layers)]
         self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layers)]
-        self.lengths = torch.zeros(n_slots, dtype=torch.long)  # host copy: no syncs to read
-        self._free = list(range(n_slots - 1, -1, -1))
+        self._len = [0] * n_slots  # host-side lengths: reading one never syncs a device
+        self._free = list(range(n_slots - 1, -1, -1))  # a stack: lowest slot first
+        self._used: set[int] = set()
 
     @classmethod
     def for_model(cls, model, n_slots: int, max_len: int | None = None) -> KVCache:
@@ -62,39 +63,42 @@ class KVCache:
         if not self._free:
             raise CacheFull(f"all {self.n_slots} KV cache slots are in use")
         slot = self._free.pop()
-        self.lengths[slot] = 0
+        self._used.add(slot)
+        self._len[slot] = 0
         return slot
 
     def free(self, slot: int) -> None:
         self._check(slot)
-        self.lengths[slot] = 0
+        self._len[slot] = 0
+        self._used.discard(slot)
         self._free.append(slot)
 
+    @property
+    def lengths(self) -> torch.Tensor:
+        """A copy of all slots' lengths, LongTensor[n_slots]."""
+        return torch.tensor(self._len)
+
     def length(self, slot: int) -> int:
-        return int(self.lengths[slot])
+        return self._len[slot]
 
     def rollback(self, slot: int, new_length: int) -> None:
         self._check(slot)
-        if not 0 <= new_length <= self.lengths[slot]:
-            raise CacheError(f"rollback to {new_length} > length {int(self.lengths[slot])}")
-        self.lengths[slot] = new_length
+        if not 0 <= new_length <= self._len[slot]:
+            raise CacheError(f"rollback to {new_length} > length {self._len[slot]}")
+        self._len[slot] = new_length
 
     def reserve(self, slots: torch.Tensor, n_new: torch.Tensor) -> torch.Tensor:
         """Check that ``n_new`` tokens fit in each slot; return the start positions."""
-        slots_h = slots.cpu()
-        start = self.lengths[slots_h]
-        over = start + n_new.cpu() > self.max_len
-        if bool(over.any()):
-            i = int(over.nonzero()[0])
-            raise CacheOverflow(
-                f"slot {int(slots_h[i])}: {int(start[i])} + {int(n_new[i])} tokens "
-                f"exceed max_len {self.max_len}"
-            )
-        return start
+        start = [self._len[s] for s in slots.tolist()]
+        for s, a, n in zip(slots.tolist(), start, n_new.tolist(), strict=True):
+            if a + n > self.max_len:
+                raise CacheOverflow(f"slot {s}: {a} + {n} tokens exceed max_len {self.max_len}")
+        return torch.tensor(start)
 
     def advance(self, slots: torch.Tensor, n_new: torch.Tensor) -> None:
-        self.lengths[slots.cpu()] += n_new.cpu()
+        for s, n in zip(slots.tolist(), n_new.tolist(), strict=True):
+            self._len[s] += n
 
     def _check(self, slot: int) -> None:
-        if not 0 <= slot < self.n_slots or slot in self._free:
+        if slot not in self._used:
             raise CacheError(f"slot {slot} is not allocated")

@@ -16,6 +16,13 @@ from .config import ModelConfig
 from .kv_cache import KVCache
 
 
+def right_pad(rows: list[list[int]], device=None) -> tuple[Tensor, Tensor]:
+    """Token rows -> (tokens [B, T] right-padded with 0, lengths [B]) for ``n_valid``."""
+    n = [len(r) for r in rows]
+    T = max(n)
+    return torch.tensor([r + [0] * (T - len(r)) for r in rows], device=device), torch.tensor(n)
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
