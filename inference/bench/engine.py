@@ -167,7 +167,9 @@ def ours_case(verify: VerifyEngine, draft: DraftEngine | None, k: int, prompts, 
 
 def load_hf(path: Path):
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.set_verbosity_error()  # generate() warns about every non-default flag
     m = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
     return m.eval()
 
@@ -316,8 +318,6 @@ def spec_summary(spec: CaseResult, plain: CaseResult, k: int) -> dict[str, float
 
 
 def run_bench(cfg: BenchConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
-    if cfg.quick:
-        cfg = cfg.quick_variant()
     threads = cfg.threads or max(1, len(os.sched_getaffinity(0)))
     prev = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -550,9 +550,10 @@ def format_table(result: dict[str, Any]) -> str:
     widths = [
         max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(head)
     ]
-    line = lambda cells: (
-        "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
-    )  # noqa: E731
+
+    def line(cells):
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+
     out = [line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
     out += [line(b) for b in body]
     d = result["demo"]

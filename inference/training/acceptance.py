@@ -39,6 +39,7 @@ class AcceptanceStats:
     drafted: int = 0
     accepted: int = 0
     emitted: int = 0
+    rejections: int = 0  # rounds that ended with a rejected draft token
     per_position: list[int] = field(default_factory=list)
 
     @property
@@ -52,12 +53,11 @@ class AcceptanceStats:
 
     @property
     def alpha(self) -> float:
-        """Per-token acceptance probability from the per-position counts: position i is
-        reached-and-accepted with probability alpha^(i+1), so sum_i a_i / sum_i a_{i-1}
-        (a_{-1} = rounds) estimates alpha."""
-        num = sum(self.per_position)
-        den = self.rounds + sum(self.per_position[:-1])
-        return num / den if den else 0.0
+        """Per-token acceptance probability: accepted / trials, where a round's trials stop
+        at its first rejection (the MLE of a geometric stopping process; equal to the
+        pooled ratio of consecutive per-position acceptance counts)."""
+        den = self.accepted + self.rejections
+        return self.accepted / den if den else 0.0
 
     def to_dict(self) -> dict:
         return {
@@ -75,20 +75,26 @@ class AcceptanceStats:
 
 
 def replay_rounds(matches: list[bool], k: int, stats: AcceptanceStats) -> None:
-    """Replay greedy speculative rounds over one sequence's per-position matches."""
+    """Replay greedy speculative rounds over one sequence's per-position matches
+    (``matches[t]``: the draft's guess for generated token t equals the target's), with the
+    engine's rules: the first token comes from the prefill, each round drafts
+    ``min(k, remaining - 1)`` tokens, emits the accepted ones plus one target token."""
     if len(stats.per_position) < k:
-        stats.per_position = [0] * k
-    p, n = 0, len(matches)
-    while p + k < n:  # only complete rounds
+        stats.per_position += [0] * (k - len(stats.per_position))
+    p, n = 1, len(matches)
+    while p < n:
+        kk = min(k, n - p - 1)
         a = 0
-        while a < k and matches[p + a]:
+        while a < kk and matches[p + a]:
             a += 1
-        stats.rounds += 1
-        stats.drafted += k
-        stats.accepted += a
+        if kk > 0:
+            stats.rounds += 1
+            stats.drafted += kk
+            stats.accepted += a
+            stats.rejections += a < kk
+            for i in range(a):
+                stats.per_position[i] += 1
         stats.emitted += a + 1
-        for i in range(a):
-            stats.per_position[i] += 1
         p += a + 1
 
 

@@ -1,0 +1,349 @@
+"""bench_serving: N concurrent clients through the real API and real node workers on this
+machine, against the same prompts through the engine in one process.
+
+The bench runs in a throw-away data directory with its own embedded Redis and SQLite
+database (`run()` re-executes the command there), starts daphne and two `run_node` workers
+(one drafter, one verifier) as subprocesses, and drives clients with httpx:
+POST /api/v1/generations, then GET .../stream (SSE) for the token events. Per N it reports
+tokens/s, ITL p50/p99 (per token: the gap between token events split over their tokens),
+TTFT, the verifier's batch size distribution (the delta of its histogram), then the same
+prompts through `SpeculativeGenerator` in this process (same k, same concurrency cap), and
+plain decoding (drafter_kind none) through the same path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+# --- the outer process: a private data dir + Redis, then the bench itself in a child ---------
+
+
+def run(argv: list[str], *, models: Path, log=print) -> int:
+    from fleet.embedded_redis import EmbeddedRedis
+
+    with tempfile.TemporaryDirectory(prefix="tandem-bench-") as tmp:
+        redis = EmbeddedRedis(Path(tmp), record=False)
+        url = redis.start()
+        env = {
+            **os.environ,
+            "TANDEM_DATA_DIR": tmp,
+            "REDIS_URL": url,
+            "TANDEM_BENCH_CHILD": "1",
+            "TANDEM_HEARTBEAT_PERIOD_S": "1",
+            "LOG_LEVEL": "WARNING",
+        }
+        env.pop("DATABASE_URL", None)
+        try:
+            return subprocess.call(
+                [sys.executable, str(ROOT / "manage.py"), "bench_serving", *argv,
+                 "--models", str(models)], env=env,
+            )  # fmt: skip
+        finally:
+            redis.stop()
+
+
+# --- the child: everything against the private data dir --------------------------------------
+
+
+class Stack:
+    """daphne + one drafter + one verifier, as subprocesses (killed on exit)."""
+
+    def __init__(self, log):
+        self.procs: list[subprocess.Popen] = []
+        self.log = log
+        self.logdir = Path(os.environ["TANDEM_DATA_DIR"]) / "logs"
+        self.logdir.mkdir(exist_ok=True)
+
+    def spawn(self, name: str, argv: list[str], env: dict | None = None) -> None:
+        out = open(self.logdir / f"{name}.log", "w")
+        self.procs.append(
+            subprocess.Popen(
+                argv,
+                cwd=ROOT,
+                env={**os.environ, **(env or {})},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+        )
+
+    def close(self) -> None:
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(5)
+
+    def tail(self) -> str:
+        return "\n".join(
+            f"--- {f.name}\n{f.read_text()[-2000:]}" for f in self.logdir.glob("*.log")
+        )
+
+
+def _setup(models: Path, *, k: int, max_batch: int, wait_ms: int):
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+
+    from fleet.accounts.services import api_key_create, user_set_role
+    from fleet.nodes.models import HardwareProfile
+    from fleet.nodes.services import node_register
+    from fleet.pipelines.models import Pipeline, Placement
+
+    call_command("migrate", verbosity=0)
+    user = get_user_model().objects.create_user("bench", password=None)
+    user_set_role(user=user, role="operator")
+    _, key = api_key_create(user=user, name="bench")
+    profile = HardwareProfile.objects.filter(kind="cpu").first()
+    pipeline = Pipeline.objects.create(
+        name="bench", target_model=str(models / "demo-target"),
+        draft_model=str(models / "demo-draft"), drafter_kind="model",
+        k_policy={"mode": "fixed", "k": k}, max_verify_batch=max_batch, max_batch_wait_ms=wait_ms,
+    )  # fmt: skip
+    nodes = {}
+    for role in ("draft", "verify"):
+        node, token = node_register(name=f"bench-{role}", profile=profile, roles=[role])
+        Placement.objects.create(pipeline=pipeline, node=node, role=role)
+        nodes[role] = (node, token)
+    return pipeline, nodes, key
+
+
+def _wait(check, timeout: float, what: str, stack: Stack) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        for p in stack.procs:
+            if p.poll() is not None:
+                raise RuntimeError(
+                    f"a bench process exited while waiting for {what}:\n{stack.tail()}"
+                )
+        time.sleep(0.3)
+    raise RuntimeError(f"timed out waiting for {what}:\n{stack.tail()}")
+
+
+async def _client(http, base, key, prompts, max_tokens, records) -> None:
+    headers = {"Authorization": f"Bearer {key}"}
+    for prompt in prompts:
+        t0 = time.perf_counter()
+        r = await http.post(f"{base}/api/v1/generations", headers=headers, json={
+            "pipeline": "bench", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0})  # fmt: skip
+        if r.status_code != 201:
+            raise RuntimeError(f"POST /api/v1/generations: {r.status_code} {r.text[:500]}")
+        gid = r.json()["id"]
+        rec = {"id": gid, "tokens": 0, "itl": [], "ttft": None, "finish": None}
+        last = None
+        async with http.stream(
+            "GET", f"{base}/api/v1/generations/{gid}/stream", headers=headers
+        ) as s:
+            async for line in s.aiter_lines():
+                if not line.startswith("data: "):
+                    continue
+                event = json.loads(line[6:])
+                now = time.perf_counter()
+                if event["type"] == "tokens":
+                    n = len(event["tokens"])
+                    if last is None:
+                        rec["ttft"] = now - t0
+                    else:
+                        rec["itl"].extend([(now - last) / n] * n)
+                    last = now
+                    rec["tokens"] += n
+                elif event["type"] in ("done", "error"):
+                    rec["finish"] = event.get("finish_reason") or event.get("error")
+                    break
+        records.append(rec)
+
+
+def _drive(base, key, prompts_per_client, max_tokens) -> dict:
+    import httpx
+
+    records: list[dict] = []
+
+    async def main():
+        limits = httpx.Limits(max_connections=len(prompts_per_client) * 2 + 4)
+        async with httpx.AsyncClient(timeout=600, limits=limits) as http:
+            await asyncio.gather(*(_client(http, base, key, ps, max_tokens, records)
+                                   for ps in prompts_per_client))  # fmt: skip
+
+    t0 = time.perf_counter()
+    asyncio.run(main())
+    wall = time.perf_counter() - t0
+    tokens = sum(r["tokens"] for r in records)
+    itl = [x for r in records for x in r["itl"]]
+    ttft = [r["ttft"] for r in records if r["ttft"] is not None]
+    errors = [r["finish"] for r in records if r["finish"] not in ("stop", "length")]
+    return {
+        "requests": len(records), "tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall,
+        "itl_ms_p50": (_pct(itl, 0.5) or 0) * 1000, "itl_ms_p99": (_pct(itl, 0.99) or 0) * 1000,
+        "ttft_ms_p50": (_pct(ttft, 0.5) or 0) * 1000, "errors": errors[:5], "ids": [r["id"] for r in records],
+    }  # fmt: skip
+
+
+def _hist_delta(before: dict, after: dict) -> dict[int, int]:
+    out = {}
+    for k, v in after.items():
+        d = v - before.get(k, 0)
+        if d:
+            out[int(k)] = d
+    return dict(sorted(out.items()))
+
+
+def _mean_batch(hist: dict[int, int]) -> float:
+    n = sum(hist.values())
+    return sum(k * v for k, v in hist.items()) / n if n else 0.0
+
+
+def _inprocess(models: Path, rows: list[tuple[list[int], dict]], n: int, k: int) -> dict:
+    """The same prompts and parameters through SpeculativeGenerator (k) or plain (k=None),
+    at most n sequences at once (the same concurrency as n clients)."""
+    from inference.engine.engines import DraftEngine, VerifyEngine
+    from inference.engine.generator import SpeculativeGenerator
+    from inference.engine.loading import load_checkpoint
+    from inference.worker.loading import sampling_params
+
+    tm, tok = load_checkpoint(models / "demo-target")
+    verify = VerifyEngine(tm, tok, n_slots=n)
+    draft = None
+    if k:
+        dm, _ = load_checkpoint(models / "demo-draft")
+        draft = DraftEngine.from_model(dm, tok, n_slots=n)
+    gen = SpeculativeGenerator(verify, draft, k=k or 0)
+    prompts = [p for p, _ in rows]
+    params = [sampling_params(ps) for _, ps in rows]
+    gen.generate(prompts[:n], [sampling_params({**ps, "max_tokens": 4}) for _, ps in rows[:n]])
+    t0 = time.perf_counter()
+    outs = gen.generate(prompts, params)
+    wall = time.perf_counter() - t0
+    tokens = sum(len(o.token_ids) for o in outs)
+    return {"requests": len(outs), "tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall,
+            "token_ids": [o.token_ids for o in outs]}  # fmt: skip
+
+
+def bench(*, models: Path, ns: list[int], requests_per_client: int, max_tokens: int, k: int,
+          max_batch: int, wait_ms: int, log=print) -> dict:  # fmt: skip
+    import torch
+
+    from fleet.pipelines.models import Pipeline
+    from inference.models import Generation
+    from inference.selectors import node_inspect
+    from inference.services import push_pipeline_config
+
+    pipeline, nodes, key = _setup(models, k=k, max_batch=max_batch, wait_ms=wait_ms)
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    stack = Stack(log)
+    threads = str(max(1, (os.cpu_count() or 2) // 2))
+    try:
+        stack.spawn("web", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+                            "fleet.asgi:application"])  # fmt: skip
+        for role, (node, token) in nodes.items():
+            stack.spawn(role, [sys.executable, "manage.py", "run_node", "--role", role],
+                        {"TANDEM_NODE_ID": str(node.pk), "TANDEM_NODE_TOKEN": token,
+                         "TANDEM_API_URL": base, "OMP_NUM_THREADS": threads,
+                         "TANDEM_NODE_SLOTS": str(max(ns) + 8)})  # fmt: skip
+
+        def online():
+            from fleet.nodes.models import Node
+
+            return Node.objects.filter(state="online").count() == 2
+
+        _wait(online, 120, "the workers to come online", stack)
+        verifier = nodes["verify"][0].pk
+        rng = random.Random(0)
+        corpus = _prompts()
+        _drive(base, key, [[corpus[0]]], 8)  # warm-up
+        report: dict = {"config": {"k": k, "max_verify_batch": max_batch,
+                                   "max_batch_wait_ms": wait_ms, "max_tokens": max_tokens,
+                                   "requests_per_client": requests_per_client,
+                                   "worker_threads": int(threads), "cpus": os.cpu_count(),
+                                   "models": str(models)}}  # fmt: skip
+        for mode in ("spec", "plain"):
+            if mode == "plain":
+                Pipeline.objects.filter(pk=pipeline.pk).update(drafter_kind="none")
+                pipeline.refresh_from_db()
+                push_pipeline_config(pipeline)
+                time.sleep(0.5)
+            for n in ns:
+                prompts = [
+                    [rng.choice(corpus) for _ in range(requests_per_client)] for _ in range(n)
+                ]
+                before = node_inspect(verifier)["stats"]["batch_size_hist"]
+                res = _drive(base, key, prompts, max_tokens)
+                time.sleep(0.3)
+                hist = _hist_delta(before, node_inspect(verifier)["stats"]["batch_size_hist"])
+                res["verify_batch_hist"], res["mean_verify_batch"] = hist, _mean_batch(hist)
+                rows = list(Generation.objects.filter(pk__in=res.pop("ids"))
+                            .values_list("prompt_tokens", "params", "output_tokens"))  # fmt: skip
+                torch.set_num_threads(int(threads) * 2)
+                inproc = _inprocess(
+                    models, [(p, ps) for p, ps, _ in rows], n, k if mode == "spec" else 0
+                )
+                same = sum(
+                    o == i for (_, _, o), i in zip(rows, inproc.pop("token_ids"), strict=True)
+                )
+                res["inprocess"] = inproc
+                res["workers_vs_inprocess"] = res["tokens_per_s"] / inproc["tokens_per_s"]
+                res["greedy_identical"] = f"{same}/{len(rows)}"
+                report[f"{mode}_n{n}"] = res
+                log(_line(mode, n, res))
+        for n in ns:
+            s, p = report.get(f"spec_n{n}"), report.get(f"plain_n{n}")
+            if s and p:
+                report[f"spec_vs_plain_n{n}"] = s["tokens_per_s"] / p["tokens_per_s"]
+        big = max(ns)
+        report[f"mean_verify_batch_n{big}"] = report[f"spec_n{big}"]["mean_verify_batch"]
+        report[f"workers_vs_inprocess_n{big}"] = report[f"spec_n{big}"]["workers_vs_inprocess"]
+        return report
+    finally:
+        stack.close()
+
+
+def _line(mode: str, n: int, r: dict) -> str:
+    return (
+        f"{mode:5s} N={n:<3d} workers {r['tokens_per_s']:7.1f} tok/s  ITL p50 {r['itl_ms_p50']:6.1f} ms "
+        f"p99 {r['itl_ms_p99']:6.1f} ms  TTFT p50 {r['ttft_ms_p50']:6.0f} ms | in-process "
+        f"{r['inprocess']['tokens_per_s']:7.1f} tok/s  ratio {r['workers_vs_inprocess']:.2f} | "
+        f"verify batch mean {r['mean_verify_batch']:.1f} | greedy identical {r['greedy_identical']}"
+    )
+
+
+def _prompts() -> list[str]:
+    """Prompts from the Python standard library's sources (what the demo pair knows)."""
+    import inspect
+    import json as json_mod
+    import textwrap
+
+    src = inspect.getsource(json_mod) + inspect.getsource(textwrap)
+    lines = [ln for ln in src.splitlines() if len(ln.strip()) > 20]
+    rng = random.Random(1)
+    return [lines[i][:48] for i in rng.sample(range(len(lines)), 64)]
