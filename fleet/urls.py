@@ -13,6 +13,7 @@ api_v1 = [
     path("", include("fleet.accounts.urls_api")),
     path("", include("fleet.pipelines.urls_api")),
     path("", include("fleet.planner.urls_api")),
+    path("", include("fleet.console.urls_api")),
 ]
 
 urlpatterns = [

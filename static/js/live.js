@@ -188,11 +188,22 @@
         hovertemplate: "%{y:.3~f}" + (tr.unit ? " " + tr.unit : "") + "<extra>" + tr.name + "</extra>",
       };
     });
-    Plotly.newPlot(el, data, layout(Object.assign({ showlegend: traces.length > 1 }, extraLayout)), CONFIG);
+    el._first = x.length ? x[0].getTime() : null;
+    var extra = Object.assign({ showlegend: traces.length > 1 }, extraLayout);
+    extra.xaxis = Object.assign({}, layout().xaxis, extra.xaxis || {}, { range: xRange(el) });
+    Plotly.newPlot(el, data, layout(extra), CONFIG);
     el._traces = traces;
     return el;
   }
   var WINDOW_MS = 30 * 60 * 1000;
+  /* The last 30 minutes, or less while there is less history (a fresh fleet fills the chart). */
+  function xRange(el) {
+    var now = Date.now();
+    var start = now - WINDOW_MS;
+    if (el._first !== null && el._first !== undefined) start = Math.max(start, el._first - 60000);
+    else start = now - 60000;
+    return [new Date(start), new Date(now + 5000)];
+  }
   function appendPoint(el, ts, stats) {
     if (!el || !el._traces || !window.Plotly || !el.data) return;
     var when = new Date(ts * 1000);
@@ -207,8 +218,8 @@
     });
     var maxPoints = 3600 * 2;
     Plotly.extendTraces(el, { x: xs, y: ys }, idx, maxPoints);
-    var start = new Date(Date.now() - WINDOW_MS);
-    Plotly.relayout(el, { "xaxis.range": [start, new Date(Date.now() + 5000)] });
+    if (el._first === null || el._first === undefined) el._first = when.getTime();
+    Plotly.relayout(el, { "xaxis.range": xRange(el) });
   }
   function barChart(el, xs, ys, color, extraLayout) {
     if (!el || !window.Plotly) return;

@@ -1,0 +1,48 @@
+"""REST API of wall links (admins): list, create (the token is shown once), revoke."""
+
+from __future__ import annotations
+
+from django.shortcuts import get_object_or_404
+from django.urls import reverse
+from rest_framework import generics, serializers, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from fleet.console.models import WallLink
+from fleet.console.services import wall_link_create, wall_link_revoke
+
+
+class WallLinkSerializer(serializers.ModelSerializer):
+    created_by = serializers.CharField(source="created_by.username", default=None, read_only=True)
+
+    class Meta:
+        model = WallLink
+        fields = ["id", "name", "created_by", "created_at", "revoked_at", "last_used_at"]
+        read_only_fields = ["id", "created_by", "created_at", "revoked_at", "last_used_at"]
+
+
+class WallLinkList(generics.ListCreateAPIView):
+    """GET: every wall link. POST {"name": ...}: a new link; the response carries `url` and
+    `token` once."""
+
+    serializer_class = WallLinkSerializer
+    method_actions = {"GET": "administer", "POST": "administer"}
+    queryset = WallLink.objects.select_related("created_by")
+
+    def create(self, request, *args, **kwargs):
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        link, token = wall_link_create(name=serializer.validated_data["name"], actor=request.user)
+        url = request.build_absolute_uri(f"{reverse('console:wall')}?token={token}")
+        body = {**WallLinkSerializer(link).data, "token": token, "url": url}
+        return Response(body, status=status.HTTP_201_CREATED)
+
+
+class WallLinkRevoke(APIView):
+    """POST: revoke a link; screens showing it are disconnected at once."""
+
+    method_actions = {"POST": "administer"}
+
+    def post(self, request, pk: int):
+        link = wall_link_revoke(link=get_object_or_404(WallLink, pk=pk), actor=request.user)
+        return Response(WallLinkSerializer(link).data)

@@ -1,0 +1,12 @@
+"""REST routes of the console, mounted under /api/v1/."""
+
+from django.urls import path
+
+from fleet.console import api
+
+app_name = "console-api"
+
+urlpatterns = [
+    path("wall-links", api.WallLinkList.as_view(), name="wall-link-list"),
+    path("wall-links/<int:pk>/revoke", api.WallLinkRevoke.as_view(), name="wall-link-revoke"),
+]
