@@ -260,6 +260,8 @@ class PipelineModel:
     # Heterogeneous drafter pool: ((hardware, count), ...). The router spreads sequences so
     # every drafter finishes its step at about the same time (faster ones take more).
     drafter_mix: tuple = ()
+    # Per-round bookkeeping outside the forward passes (sampling, messages), t(batch).
+    overhead_curve: Curve | None = None
 
     def with_(self, **changes) -> PipelineModel:
         return replace(self, **changes)
@@ -345,7 +347,8 @@ def predict(m: PipelineModel, *, k: int, batch: int) -> Prediction:
     t_d = m.t_draft(draft_batch) if k > 0 else 0.0
     t_v = m.t_verify(b, b * (k + 1))
     draft_time = k * t_d
-    round_s = draft_time + t_v + m.hop_s
+    overhead = m.overhead_curve(b) if m.overhead_curve is not None else 0.0
+    round_s = draft_time + t_v + m.hop_s + overhead
     E = m.E(k)
     goodput = V * b * E / round_s if (V > 0 and round_s > 0) else 0.0
     itl = round_s / E
@@ -407,3 +410,66 @@ def best_k(
 
 def is_finite(x: float) -> bool:
     return isinstance(x, int | float) and math.isfinite(x)
+
+
+def conditional_acceptance(per_position: Sequence[float]) -> list[float]:
+    """P(position i accepted | all before it accepted), from cumulative per-position rates."""
+    out, prev = [], 1.0
+    for p in per_position:
+        out.append(min(float(p) / prev, 1.0) if prev > 0 else 0.0)
+        prev = float(p)
+    return out
+
+
+def predict_run(
+    m: PipelineModel,
+    *,
+    k: int,
+    batch: int,
+    new_tokens: int,
+    prefill_s: float = 0.0,
+    trials: int = 200,
+    seed: int = 0,
+) -> dict:
+    """Wall time and goodput of ONE batch of `batch` sequences generating `new_tokens` each
+    in lockstep (a verifier's batch from admission to the last sequence's end): the first
+    token comes from prefill, then rounds until every sequence has its tokens; sequences that
+    finish leave the batch, so late rounds run smaller. Acceptance per position is drawn
+    from the model's per-position rates (Monte Carlo, `trials` runs, seeded); step times
+    come from the model's curves at each round's live batch size."""
+    import random
+
+    rng = random.Random(seed)
+    cond = (
+        conditional_acceptance(m.per_position) if m.per_position else [m.alpha or 0.0] * max(k, 1)
+    )
+    while len(cond) < k:
+        cond.append(cond[-1] if cond else 0.0)
+    total_time = 0.0
+    for _ in range(trials):
+        remaining = [new_tokens - 1] * batch
+        t = prefill_s
+        while True:
+            live = [i for i, r in enumerate(remaining) if r > 0]
+            if not live:
+                break
+            b = len(live)
+            kk = k if (k > 0 and m.drafter_kind != "none") else 0
+            t_d = m.t_draft(b) if kk else 0.0
+            t_v = m.t_verify(b, sum(min(kk, remaining[i] - 1) + 1 for i in live))
+            over = m.overhead_curve(b) if m.overhead_curve is not None else 0.0
+            t += kk * t_d + t_v + m.hop_s + over
+            for i in live:
+                cap = min(kk, remaining[i] - 1)
+                a = 0
+                while a < cap and rng.random() < cond[a]:
+                    a += 1
+                remaining[i] -= a + 1
+        total_time += t
+    wall = total_time / trials
+    return {
+        "k": k,
+        "batch": batch,
+        "wall_s": wall,
+        "goodput_tps": batch * new_tokens / wall if wall else 0.0,
+    }
