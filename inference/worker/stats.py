@@ -18,6 +18,7 @@ class LoopStats:
         self.started = time.monotonic()
         self.last_tick = time.monotonic()
         self.finished = 0
+        self.prefills = 0
         self.errors = 0
 
     def record_round(self, batch: int, seconds: float, tokens: int = 0) -> None:
@@ -26,6 +27,13 @@ class LoopStats:
             self.step_ms.append(seconds * 1000)
             self.tokens_generated += tokens
             self.rounds += 1
+            self.busy_s += seconds
+
+    def record_prefill(self, n: int, seconds: float) -> None:
+        """A prefill pass: busy time and first tokens, not a verify round (no histogram)."""
+        with self.lock:
+            self.prefills += n
+            self.tokens_generated += n
             self.busy_s += seconds
 
     def tick(self) -> None:
@@ -46,5 +54,6 @@ class LoopStats:
                 else None,
                 "busy_s": self.busy_s,
                 "finished": self.finished,
+                "prefills": self.prefills,
                 "errors": self.errors,
             }

@@ -148,7 +148,7 @@ class VerifyLoop(BaseLoop):
         try:
             t0 = time.perf_counter()
             results = self.engine.add_many(items)
-            self.stats.record_round(len(items), time.perf_counter() - t0, len(items))
+            self.stats.record_prefill(len(items), time.perf_counter() - t0)
         except Exception as exc:  # prompt too long, cache full, bad ids: fail these, clearly
             logger.exception("verifier %s: prefill failed", self.node_id)
             for seq, _ in infos:
