@@ -120,7 +120,9 @@ class ModelDrafter:
             x, n = right_pad(feed, self.device)
             slots = torch.tensor([s.slot for s in rows])
             h = self.model.hidden(x, self.cache, slots, n)
-            logits = self.model.lm_head(h[torch.arange(len(rows)), n.to(h.device) - 1])
+            logits = self.model.lm_head(
+                h[torch.arange(len(rows), device=h.device), n.to(h.device) - 1]
+            )
             self._sample(rows, logits)
             steps += 1
         out = []

@@ -186,7 +186,9 @@ class VerifyEngine:
                 s.slot = self.cache.allocate()
             x, n = right_pad([p for _, p, _ in run], self.device)
             h = self.model.hidden(x, self.cache, torch.tensor([s.slot for s in seqs]), n)
-            logits = self.model.lm_head(h[torch.arange(len(run)), n.to(h.device) - 1])
+            logits = self.model.lm_head(
+                h[torch.arange(len(run), device=h.device), n.to(h.device) - 1]
+            )
             params = [s.params for s in seqs]
             first = sample(logits_to_probs(logits, params), params, [s.gen for s in seqs])
             dt = time.perf_counter() - t0

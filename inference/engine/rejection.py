@@ -51,9 +51,10 @@ def rejection_sample(
     accept &= valid
     n_acc = accept.long().cumprod(-1).sum(-1)  # accepted prefix length
     # The emitted token's distribution: residual at the first rejection, else p at bonus.
-    p_at = target_probs[torch.arange(B), n_acc]  # [B, V]
+    rows = torch.arange(B, device=target_probs.device)
+    p_at = target_probs[rows, n_acc]  # [B, V]
     rejected = n_acc < n_draft
-    q_at = q[torch.arange(B), n_acc.clamp(max=max(K - 1, 0))] if K else torch.zeros_like(p_at)
+    q_at = q[rows, n_acc.clamp(max=max(K - 1, 0))] if K else torch.zeros_like(p_at)
     resid = (p_at - q_at).clamp(min=0)
     rsum = resid.sum(-1, keepdim=True)
     resid = torch.where(rsum > 0, resid / rsum.clamp(min=1e-30), p_at)

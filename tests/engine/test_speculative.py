@@ -115,6 +115,7 @@ def test_sampled_distribution_equals_target(kind, k):
     for j, m in ((1, m2), (2, m3)):
         emp = torch.bincount(toks[:, j], minlength=V) / N
         assert 0.5 * (emp - m).abs().sum() < 0.01, (j, P)
+    assert gen.counters.num_draft_tokens > N // 10 and gen.counters.num_accepted_tokens > 0
     if kind == "random" and k == 1:  # acceptance rate == E[sum(min(p, q))]
         q2 = drafter(ctx1).softmax(-1)[:, -1]
         expected = (p1 * torch.minimum(p2, q2).sum(-1)).sum()
