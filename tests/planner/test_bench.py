@@ -16,7 +16,10 @@ def test_per_position_acceptance_is_cumulative():
     assert pp[2] == pytest.approx(1 / 4) and pp == sorted(pp, reverse=True)
 
 
-def _synthetic(draft=Curve(0.001, 0.0001), verify=Curve(0.004, 0.00005), alpha=0.7):
+DRAFT, VERIFY = Curve(0.001, 0.0001), Curve(0.004, 0.00005)
+
+
+def _synthetic(draft=DRAFT, verify=VERIFY, alpha=0.7):
     """Runs whose timings follow known curves exactly."""
     m = PipelineModel(
         alpha=alpha, verify_curve=verify, draft_curve=draft, n_verifiers=1, n_drafters=1
