@@ -3,6 +3,9 @@
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import render
 
+from fleet.accounts.access import can
+from fleet.telemetry import snapshot
+
 SECTIONS = [
     (
         "Fleet",
@@ -26,4 +29,7 @@ SECTIONS = [
 
 @login_required
 def home(request):
-    return render(request, "console/home.html", {"sections": SECTIONS})
+    context = {"sections": SECTIONS, "can_view": can(request.user, "view")}
+    if context["can_view"]:  # the live overview (telemetry): viewers and up
+        context["live"] = snapshot.read_fleet()
+    return render(request, "console/home.html", context)

@@ -359,7 +359,12 @@ class Aggregator:
         await r.aclose()
 
     async def _refresh_registry(self) -> None:
-        self.set_registry(await sync_to_async(_load_registry_fresh)())
+        try:
+            registry = await sync_to_async(_load_registry_fresh)()
+        except Exception:  # database away for a moment: keep serving what we know
+            log.exception("aggregator: registry refresh failed; keeping the previous one")
+            return
+        self.set_registry(registry)
 
     async def _tick(self, r, layer, now: float) -> None:
         built = self.build(now)

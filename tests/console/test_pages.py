@@ -124,3 +124,10 @@ def test_wall_links_page_is_for_admins(admin, operator):
     link.refresh_from_db()
     assert link.revoked_at is not None
     assert carol.post("/wall/links/", {"name": ""}).status_code == 200
+
+
+def test_home_shows_the_live_overview_to_viewers_only(world, viewer, outsider):
+    body = _login(viewer).get("/").content.decode()
+    assert 'id="overview"' in body and "llama-pair" in body and "js/overview.js" in body
+    body = _login(outsider).get("/").content.decode()
+    assert 'id="overview"' not in body and "llama-pair" not in body

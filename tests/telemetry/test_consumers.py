@@ -133,3 +133,36 @@ async def test_wall_socket_for_a_logged_in_viewer(viewer):
     await comm.send_to(text_data=json.dumps({"action": "subscribe", "topic": "fleet"}))
     assert await comm.receive_nothing(timeout=0.3)  # read-only: ignored
     await comm.disconnect()
+
+
+async def test_the_aggregator_loop_pushes_a_published_sample(viewer):
+    """run(): stream -> live state -> one batched push to the subscribed groups."""
+    import asyncio
+
+    from fleet.telemetry.ingest import publish_sample
+
+    p, v, token = await _world()
+    comm = await _socket("/ws/live/", viewer)
+    assert (await comm.connect())[0]
+    await comm.send_json_to({"action": "subscribe", "topic": "node", "id": v.id})
+    assert (await comm.receive_json_from())["type"] == "subscribed"
+    stop = asyncio.Event()
+    agg = Aggregator(tick_s=0.2)
+    task = asyncio.create_task(agg.run(redis_url=settings.REDIS_URL, stop=stop))
+    try:
+        for _ in range(50):  # the loop is up once it wrote its meta record
+            if await aioredis.from_url(settings.REDIS_URL).hexists("tandem:live", "meta"):
+                break
+            await asyncio.sleep(0.1)
+        sent = time.time()
+        publish_sample(v.id, f.verify_sample(ts=sent, power_w=123.0), token=token)
+        while True:
+            msg = await comm.receive_json_from(timeout=5)
+            if msg["type"] == "node.update" and msg["node"]["power_w"] == 123.0:
+                break
+        assert time.time() - sent < 2.0
+        assert msg["newest_ts"] == pytest.approx(sent)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, timeout=5)
+        await comm.disconnect()
