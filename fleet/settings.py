@@ -90,21 +90,29 @@ TEMPLATES = [
 
 # --- Database: SQLite (WAL) in the data directory unless DATABASE_URL is given -------------
 _database_url = env_str("DATABASE_URL")
+# Processes sharing one SQLite file (web, workers) wait for the write lock instead of failing
+# with "database is locked": immediate transactions, a busy timeout, WAL.
+_SQLITE_OPTIONS = {
+    "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    "transaction_mode": "IMMEDIATE",
+    "timeout": 20,
+}
 if _database_url:
     try:
         DATABASES = {"default": dj_database_url.parse(_database_url, conn_max_age=60)}
     except Exception as exc:  # dj_database_url raises several types for bad URLs
         raise ImproperlyConfigured(f"DATABASE_URL is not a valid database URL: {exc}") from exc
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+        DATABASES["default"]["OPTIONS"] = {
+            **_SQLITE_OPTIONS,
+            **DATABASES["default"].get("OPTIONS", {}),
+        }
 else:
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": DATA_DIR / "tandem.sqlite3",
-            "OPTIONS": {
-                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-                "transaction_mode": "IMMEDIATE",
-                "timeout": 20,
-            },
+            "OPTIONS": dict(_SQLITE_OPTIONS),
             # A file, not memory: tests with real worker processes share the test database.
             "TEST": {"NAME": str(DATA_DIR / "test.sqlite3")},
         }
