@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .kv_cache import CacheFull, CacheOverflow, KVCache
+from .kv_cache import CacheFull, KVCache
 from .messages import Draft, SeqId, draft_q, to_wire
 from .model import Transformer, right_pad
 from .sampling import SamplingParams, derive_seed, exp_noise, logits_to_probs, make_generator
@@ -89,15 +89,14 @@ class ModelDrafter:
                 raise ValueError(f"sequence {sid!r} already exists")
             if not ids:
                 raise ValueError("a draft context needs at least one token")
-            if len(ids) > self.cache.max_len:
-                raise CacheOverflow(f"context of {len(ids)} > draft max_len {self.cache.max_len}")
         if len(items) > self.cache.n_free:
             raise CacheFull(f"{len(items)} sequences, {self.cache.n_free} free draft slots")
         for sid, ids, params in items:
             params = params or GREEDY
             gen = make_generator(derive_seed(params.seed, 1), self.device)
             self.seqs[sid] = _Seq(self.cache.allocate(), list(ids), params, gen)
-        pre = [(self.seqs[sid].slot, ids[:-1]) for sid, ids, _ in items if len(ids) > 1]
+        # a context longer than the draft cache is not drafted for (k=0: plain decoding)
+        pre = [(self.seqs[sid].slot, ids[:-1]) for sid, ids, _ in items if 1 < len(ids) <= self.cache.max_len]  # fmt: skip
         if pre:
             x, n = right_pad([p for _, p in pre], self.device)
             self.model.hidden(x, self.cache, torch.tensor([s for s, _ in pre]), n)
@@ -109,7 +108,7 @@ class ModelDrafter:
         for sid, k in requests:
             s = self.seqs[sid]
             s.drafted, s.probs = [], []
-            ks[sid] = max(0, min(k, self.cache.max_len - len(s.ctx) + 1))  # fit the cache
+            ks[sid] = max(0, min(k, self.cache.max_len - len(s.ctx) + 1))  # 0 once it is full
         steps = 0
         for j in range(max(ks.values(), default=0)):
             rows = [self.seqs[sid] for sid, k in ks.items() if k > j]

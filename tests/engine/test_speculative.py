@@ -170,3 +170,14 @@ def test_mismatched_tokenizers_are_refused(target, tokenizer):
     with pytest.raises(IncompatibleDrafter, match="tokenizer"):
         SpeculativeGenerator(_verify(target, tokenizer=tokenizer), DraftEngine.from_model(target, other, n_slots=1))  # fmt: skip
     SpeculativeGenerator(_verify(target, tokenizer=tokenizer), DraftEngine.from_model(target, word_tokenizer(), n_slots=1))  # fmt: skip
+
+
+def test_draft_cache_smaller_than_target_degrades_to_plain_decoding(target):
+    ref = generate(_verify(target), [PROMPTS8[-1]], GREEDY)[0].token_ids  # prompt of 22
+    small = DraftEngine.from_model(target, n_slots=1, max_len=30)  # drafts until it is full
+    gen = SpeculativeGenerator(_verify(target), small, k=4)
+    assert gen.generate([PROMPTS8[-1]], GREEDY)[0].token_ids == ref
+    assert 0 < gen.counters.num_drafts < gen.counters.num_verify_steps - 1
+    tiny = DraftEngine.from_model(target, n_slots=1, max_len=8)  # the prompt never fits
+    gen = SpeculativeGenerator(_verify(target), tiny, k=4)
+    assert gen.generate([PROMPTS8[-1]], GREEDY)[0].token_ids == ref and gen.counters.num_drafts == 0
