@@ -158,6 +158,8 @@ class VerifyEngine:
 
     @torch.no_grad()
     def add_many(self, items: list[tuple[SeqId, list[int], SamplingParams]]) -> list[VerifyResult]:
+        if len({sid for sid, _, _ in items}) < len(items):
+            raise ValueError("duplicate sequence ids")
         for sid, prompt, params in items:
             if sid in self.seqs:
                 raise ValueError(f"sequence {sid!r} already exists")
