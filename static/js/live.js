@@ -153,7 +153,7 @@
       plot_bgcolor: "rgba(0,0,0,0)",
       font: { color: COLORS.text, size: 11, family: "-apple-system, Segoe UI, Roboto, sans-serif" },
       margin: { l: 44, r: 12, t: 8, b: 28 },
-      xaxis: { type: "date", tickformat: "%H:%M", hoverformat: "%H:%M:%S", gridcolor: COLORS.grid, zeroline: false, linecolor: COLORS.grid },
+      xaxis: { type: "date", tickformatstops: [{ dtickrange: [null, 60000], value: "%H:%M:%S" }, { dtickrange: [60000, null], value: "%H:%M" }], hoverformat: "%H:%M:%S", gridcolor: COLORS.grid, zeroline: false, linecolor: COLORS.grid },
       yaxis: { gridcolor: COLORS.grid, zeroline: false, rangemode: "tozero", linecolor: COLORS.grid },
       showlegend: false,
       legend: { orientation: "h", x: 0, y: 1.15, font: { size: 11 } },

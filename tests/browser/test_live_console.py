@@ -65,6 +65,12 @@ def test_fleet_pipeline_and_node_pages_are_live(stack, chromium, screenshots, vi
         page.wait_for_timeout(2500)
         page.screenshot(path=str(screenshots / "pipeline.png"), full_page=True)
 
+        page.goto(f"{stack.url}/")
+        _wait_live(page)
+        page.wait_for_selector('#overview-pipelines tr[data-id]', timeout=5000)
+        page.wait_for_timeout(1000)
+        page.screenshot(path=str(screenshots / "home.png"), full_page=True)
+
         node = world["nodes"][0][0]
         page.goto(f"{stack.url}/nodes/{node.pk}/live")
         _wait_live(page)
