@@ -11,9 +11,12 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .config import ModelConfig
 from .kv_cache import KVCache
+
+_SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 def right_pad(rows: list[list[int]], device=None) -> tuple[Tensor, Tensor]:
@@ -87,10 +90,13 @@ class Attention(nn.Module):
             vc[ctx.w_slot, ctx.w_pos] = v
             k, v = kc[ctx.slots, : ctx.n_keys], vc[ctx.slots, : ctx.n_keys]
             mask, causal = ctx.mask, False
+        k, v = k.transpose(1, 2), v.transpose(1, 2)
+        if self.n_kv != self.n_heads:  # GQA by expansion: keeps the fused masked kernels usable
+            k = k.repeat_interleave(self.n_heads // self.n_kv, dim=1)
+            v = v.repeat_interleave(self.n_heads // self.n_kv, dim=1)
         y = F.scaled_dot_product_attention(
-            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-            attn_mask=mask, is_causal=causal, enable_gqa=self.n_kv != self.n_heads,
-        )  # fmt: skip
+            q.transpose(1, 2), k, v, attn_mask=mask, is_causal=causal
+        )
         return self.o_proj(y.transpose(1, 2).reshape(B, T, -1))
 
 
@@ -183,8 +189,9 @@ class Transformer(nn.Module):
         emb = torch.cat((freqs, freqs), dim=-1)
         x = self.model.embed_tokens(tokens)
         cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
-        for layer in self.model.layers:
-            x = layer(x, cos, sin, ctx)
+        with sdpa_kernel(_SDPA_BACKENDS):  # not cuDNN: it re-plans for every new key length
+            for layer in self.model.layers:
+                x = layer(x, cos, sin, ctx)
         if cache is not None:
             cache.advance(slots, n_valid)
         return self.model.norm(x)
