@@ -37,6 +37,7 @@ STALE_AFTER_S = 10.0
 ROLLUP_S = 10
 ROLLUP_LONG_S = 300
 PENDING_MAX = 20_000
+SNAPSHOT_FULL_S = 5.0
 
 
 @dataclass
@@ -71,6 +72,7 @@ class Aggregator:
         self.long_start = math.floor(self.started / ROLLUP_LONG_S) * ROLLUP_LONG_S
         self.messages_sent = 0
         self._written_fields: set[str] = set()
+        self._last_full_snapshot = 0.0
 
     # --- ingest -------------------------------------------------------------------------------
     def set_registry(self, registry: Registry) -> None:
@@ -168,14 +170,21 @@ class Aggregator:
 
     def build(self, now: float) -> dict:
         """Everything one tick sends and stores: {"fleet", "wall", "pipelines": {id: msg},
-        "nodes": {id: msg}, "snapshot": {field: json}}."""
+        "nodes": {id: msg}, "snapshot": {field: json to write}, "fields": {every live field}}.
+
+        Costs O(nodes + pipelines): a node's figures are re-derived only when its window
+        changed, pipelines sum their nodes' per-second rates, the fleet sums the pipelines.
+        Node snapshot fields are rewritten when they changed, and all of them every
+        SNAPSHOT_FULL_S (so ages stay right for first renders)."""
         self.expire(now)
         reg = self.registry
-        fleet_acc = Acc()
+        unplaced = Acc()
         pipe_accs: dict[int, Acc] = {pid: Acc() for pid in reg.pipelines}
+        pipe_rows: dict[int, list] = {pid: [] for pid in reg.pipelines}
         counts: dict[int, Counter] = {pid: Counter() for pid in reg.pipelines}
         rows: list[payloads.NodeRow] = []
         node_rows: dict[int, payloads.NodeRow] = {}
+        changed: set[int] = set()
         states: Counter = Counter()
         simulated = 0
         for nid, info in reg.nodes.items():
@@ -183,17 +192,24 @@ class Aggregator:
             if state is not None and state.dirty:
                 state.stats = derive(state.live, state.live.dur) if not state.live.empty else None
                 state.dirty = False
+                changed.add(nid)
             row = self._row(info, state, now)
             rows.append(row)
             node_rows[nid] = row
             states[info.state] += 1
             simulated += row["sim"]
-            if info.pipeline_id in counts and info.role:
-                counts[info.pipeline_id][info.role] += 1
+            pid = info.pipeline_id
+            placed = pid in pipe_accs
+            if placed:
+                pipe_rows[pid].append(row)
+                if info.role:
+                    counts[pid][info.role] += 1
             if state is not None and not state.live.empty:
-                fleet_acc.add_rates_of(state.live)
-                if info.pipeline_id in pipe_accs:
-                    pipe_accs[info.pipeline_id].add_rates_of(state.live)
+                (pipe_accs[pid] if placed else unplaced).add_rates_of(state.live)
+        fleet_acc = Acc()
+        fleet_acc.add(unplaced)
+        for acc in pipe_accs.values():
+            fleet_acc.add(acc)
         fleet_stats = derive(fleet_acc, 1.0)
         summaries: list[payloads.PipelineSummary] = []
         pipeline_msgs: dict[int, payloads.PipelineUpdate] = {}
@@ -213,7 +229,7 @@ class Aggregator:
                 "newest_ts": self.newest_ts,
                 "pipeline": summary,
                 "config": pinfo.config,
-                "nodes": [r for r in rows if r["pipeline"] == pid],
+                "nodes": pipe_rows[pid],
             }
         totals: payloads.FleetTotals = {
             "nodes": len(rows),
@@ -233,7 +249,6 @@ class Aggregator:
             "pipelines": summaries,
         }
         fleet: payloads.FleetUpdate = {**wall, "nodes": rows}
-        node_msgs: dict[int, payloads.NodeUpdate] = {}
         snapshot = {
             "fleet": json.dumps(wall),
             "meta": json.dumps(
@@ -246,28 +261,40 @@ class Aggregator:
                 }
             ),
         }
+        fields = {"fleet", "meta"}
         for pid, msg in pipeline_msgs.items():
             snapshot[f"p:{pid}"] = json.dumps(msg)
-        for nid, row in node_rows.items():
-            state = self.nodes.get(nid)
-            stats = state.stats if state else None
-            node_msgs[nid] = {
-                "type": "node.update",
-                "ts": now,
-                "newest_ts": self.newest_ts,
-                "node": row,
-                "stats": stats or {},
-            }
-            snapshot[f"n:{nid}"] = json.dumps(
-                {**node_msgs[nid], "totals": _totals(state) if state else None}
-            )
+            fields.add(f"p:{pid}")
+        full = now - self._last_full_snapshot >= SNAPSHOT_FULL_S
+        if full:
+            self._last_full_snapshot = now
+        for nid in node_rows:
+            fields.add(f"n:{nid}")
+            if full or nid in changed:
+                snapshot[f"n:{nid}"] = json.dumps(self.node_message(nid, node_rows, now, True))
         return {
             "fleet": fleet,
             "wall": wall,
             "pipelines": pipeline_msgs,
-            "nodes": node_msgs,
+            "node_rows": node_rows,
             "snapshot": snapshot,
+            "fields": fields,
         }
+
+    def node_message(
+        self, nid: int, node_rows: dict, now: float, totals: bool = False
+    ) -> payloads.NodeUpdate:
+        state = self.nodes.get(nid)
+        message: dict = {
+            "type": "node.update",
+            "ts": now,
+            "newest_ts": self.newest_ts,
+            "node": node_rows[nid],
+            "stats": (state.stats if state else None) or {},
+        }
+        if totals:
+            message["totals"] = _totals(state) if state else None
+        return message
 
     # --- rollups ------------------------------------------------------------------------------
     def close_buckets(self, now: float) -> list[dict]:
@@ -379,18 +406,19 @@ class Aggregator:
         for pid, msg in built["pipelines"].items():
             if payloads.pipeline_group(pid) in interested:
                 sends.append(payloads.send(layer, payloads.pipeline_group(pid), msg))
-        for nid, msg in built["nodes"].items():
+        for nid in built["node_rows"]:
             if payloads.node_group(nid) in interested:
+                msg = self.node_message(nid, built["node_rows"], now)
                 sends.append(payloads.send(layer, payloads.node_group(nid), msg))
         results = await asyncio.gather(*sends, return_exceptions=True)
         self.messages_sent += sum(1 for res in results if not isinstance(res, Exception))
         snapshot = built["snapshot"]
         pipe = r.pipeline(transaction=False)
         pipe.hset(LIVE_KEY, mapping=snapshot)
-        gone = self._written_fields - set(snapshot)
+        gone = self._written_fields - built["fields"]
         if gone:
             pipe.hdel(LIVE_KEY, *gone)
-        self._written_fields = set(snapshot)
+        self._written_fields = built["fields"]
         await pipe.execute()
 
 

@@ -106,12 +106,14 @@ class Acc:
             self.per_pos.extend([0.0] * (len(pos) - len(self.per_pos)))
         for i, v in enumerate(pos):
             self.per_pos[i] += sign * v
-        for i, v in enumerate(s["ttft_hist"]):
-            if v:
-                self.ttft_hist[i] += sign * v
-        for i, v in enumerate(s["itl_hist"]):
-            if v:
-                self.itl_hist[i] += sign * v
+        if any(s["ttft_hist"]):
+            for i, v in enumerate(s["ttft_hist"]):
+                if v:
+                    self.ttft_hist[i] += sign * v
+        if any(s["itl_hist"]):
+            for i, v in enumerate(s["itl_hist"]):
+                if v:
+                    self.itl_hist[i] += sign * v
 
     def add(self, other: Acc, scale: float = 1.0) -> None:
         """self += other * scale."""

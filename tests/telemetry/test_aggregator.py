@@ -121,13 +121,15 @@ def test_build_fleet_pipeline_and_node_messages(fleet_setup):
     assert stats["mean_acceptance_length"] == pytest.approx(3.4)
     assert stats["tokens_per_j_draft"] == pytest.approx(0.34)
     assert pmsg["config"]["k_policy"] == {"mode": "fixed", "k": 4}
-    assert built["nodes"][v.id]["stats"]["acceptance_rate"] == pytest.approx(0.6)
+    node_msg = agg.node_message(v.id, built["node_rows"], 1000.0)
+    assert node_msg["stats"]["acceptance_rate"] == pytest.approx(0.6)
     snap = json.loads(built["snapshot"][f"n:{v.id}"])
     assert snap["totals"]["num_drafts"] == 30
     # the window slides: nothing new for > 5 s empties the live figures
     later = agg.build(1010.0)
     assert later["fleet"]["totals"]["power_w"] is None
-    assert later["nodes"][v.id]["node"]["power_w"] is None
+    assert later["node_rows"][v.id]["power_w"] is None
+    assert json.loads(later["snapshot"][f"n:{v.id}"])["node"]["power_w"] is None
 
 
 def test_rollups_written_pruned_and_charted(fleet_setup):
