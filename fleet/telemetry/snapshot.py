@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import redis as redis_lib
+from django.core.exceptions import ImproperlyConfigured
 
 from fleet.telemetry.ingest import client
 
@@ -26,7 +27,7 @@ def _load(raw) -> dict | None:
 def read_fields(*fields: str, redis: redis_lib.Redis | None = None) -> list[dict | None]:
     try:
         values = (redis or client()).hmget(LIVE_KEY, list(fields))
-    except redis_lib.RedisError:
+    except (redis_lib.RedisError, ImproperlyConfigured):  # no Redis: pages render without
         return [None] * len(fields)
     return [_load(v) for v in values]
 
@@ -47,7 +48,7 @@ def read_all(*, redis=None) -> dict[str, dict]:
     """Every field (for /metrics)."""
     try:
         raw = (redis or client()).hgetall(LIVE_KEY)
-    except redis_lib.RedisError:
+    except (redis_lib.RedisError, ImproperlyConfigured):
         return {}
     out = {}
     for key, value in raw.items():

@@ -131,3 +131,16 @@ def test_home_shows_the_live_overview_to_viewers_only(world, viewer, outsider):
     assert 'id="overview"' in body and "llama-pair" in body and "js/overview.js" in body
     body = _login(outsider).get("/").content.decode()
     assert 'id="overview"' not in body and "llama-pair" not in body
+
+
+def test_pages_render_when_redis_is_down(world, viewer, settings):
+    from fleet.telemetry import ingest
+
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens there
+    ingest._clients.clear()
+    try:
+        alice = _login(viewer)
+        for url in _pages(world):
+            assert alice.get(url).status_code == 200, url
+    finally:
+        ingest._clients.clear()
