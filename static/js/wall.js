@@ -86,7 +86,7 @@
     var root = document.getElementById("wall-kpis");
     T.setText(root, '[data-w="tps"]', T.fmt(t.tokens_per_s, 0));
     T.setText(root, '[data-w="power"]', T.watts(t.power_w));
-    T.setHTML(root, '[data-w="power_src"]', T.sourcePill(t.power_source) || "no power data yet");
+    T.setHTML(root, '[data-w="power_src"]', T.sourcePill(t.power_source) || "no live power data");
     T.setText(root, '[data-w="tpj"]', T.fmt(t.tokens_per_j, 3));
     T.setText(root, '[data-w="tpj_d"]', T.fmt(s.tokens_per_j_draft, 2));
     T.setText(root, '[data-w="tpj_v"]', T.fmt(s.tokens_per_j_verify, 2));
