@@ -124,8 +124,8 @@
     };
     ws.onclose = function (event) {
       if (self.stopped) return;
-      if (event.code === 4401 || event.code === 4403) {
-        self.status("denied", event.code === 4401 ? "signed out" : "access revoked");
+      self.denied = event.code === 4401 ? "signed out" : event.code === 4403 ? "access revoked" : null;
+      if (self.denied) {
         if (self.options.onDenied) self.options.onDenied(event.code);
         // keep trying slowly: a screen should come back by itself once access is restored
         self.attempt = Math.max(self.attempt, 6);
@@ -139,7 +139,9 @@
     var delay = base / 2 + Math.random() * base / 2;
     this.attempt += 1;
     if (this.ws && this.ws.readyState !== 3) return;
-    this.status("down", "reconnecting in " + Math.ceil(delay / 1000) + " s");
+    var wait = Math.ceil(delay / 1000) + " s";
+    if (this.denied) this.status("denied", this.denied + " · retrying in " + wait);
+    else this.status("down", "reconnecting in " + wait);
     clearTimeout(this.timer);
     this.timer = setTimeout(function () {
       self.connect();

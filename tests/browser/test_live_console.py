@@ -67,7 +67,7 @@ def test_fleet_pipeline_and_node_pages_are_live(stack, chromium, screenshots, vi
 
         page.goto(f"{stack.url}/")
         _wait_live(page)
-        page.wait_for_selector('#overview-pipelines tr[data-id]', timeout=5000)
+        page.wait_for_selector("#overview-pipelines tr[data-id]", timeout=5000)
         page.wait_for_timeout(1000)
         page.screenshot(path=str(screenshots / "home.png"), full_page=True)
 
@@ -89,11 +89,21 @@ def test_wall_by_signed_link_recovers_after_a_server_restart(stack, chromium, sc
     world = build()
     feeder = Feeder(world["nodes"])
     feeder.start()
-    _, token = wall_link_create(name="NOC", actor=admin)
+    wall_link_create(name="Lobby (old)", actor=admin)
+    # an admin creates the link on the wall-links page and copies it
+    admin_context = chromium.new_context(viewport={"width": 1440, "height": 900})
+    admin_page = admin_context.new_page()
+    _login(admin_page, stack.url, admin.username)
+    admin_page.goto(f"{stack.url}/wall/links/")
+    admin_page.fill("#wall-name", "NOC left screen")
+    admin_page.click("form.toolbar button[type=submit]")
+    wall_url = admin_page.text_content("#wall-url").strip()
+    token = wall_url.split("token=", 1)[1]
+    admin_page.screenshot(path=str(screenshots / "wall-links.png"), full_page=True)
     context = chromium.new_context(viewport={"width": 1920, "height": 1080})
     page = context.new_page()
     try:
-        page.goto(f"{stack.url}/wall/?token={token}")
+        page.goto(wall_url)
         _wait_live(page)
         page.wait_for_function(
             "() => document.querySelector('[data-w=\"tps\"]').textContent !== '—'", timeout=8000
@@ -114,9 +124,15 @@ def test_wall_by_signed_link_recovers_after_a_server_restart(stack, chromium, sc
         )
         page.screenshot(path=str(screenshots / "wall-after-restart.png"))
 
+        # revoking the link on the admin page darkens the screen at once
+        admin_page.goto(f"{stack.url}/wall/links/")
+        admin_page.click("tr:has-text('NOC left screen') button:has-text('Revoke')")
+        page.wait_for_selector("#live-status.live-denied", timeout=5000)
+
         # the link opens the wall and nothing else
         page.goto(f"{stack.url}/fleet/?token={token}")
         assert "/login/" in page.url
     finally:
         context.close()
+        admin_context.close()
         feeder.stop()
