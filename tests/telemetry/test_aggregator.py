@@ -163,3 +163,19 @@ def test_rollups_written_pruned_and_charted(fleet_setup):
     Rollup.objects.filter(scope="node").update(start=timezone.now() - timedelta(hours=2))
     assert prune() == 1
     assert Rollup.objects.count() == 2
+
+
+def test_node_state_changes_show_through_after_a_registry_refresh(fleet_setup):
+    (v, vt) = fleet_setup["v"]
+    agg = _agg()
+    agg.ingest_entry(encode(v.id, f.verify_sample(ts=999.0), key=f.key_of(vt)), now=999.5)
+    assert agg.build(1000.0)["node_rows"][v.id]["state"] == "online"
+    type(v).objects.filter(pk=v.pk).update(state="lost")
+    agg.set_registry(load_registry())
+    built = agg.build(1000.5)
+    assert built["node_rows"][v.id]["state"] == "lost"
+    assert built["fleet"]["totals"]["states"] == {"online": 1, "lost": 2}
+    type(v).objects.filter(pk=v.pk).update(state="retired")
+    agg.set_registry(load_registry())
+    built = agg.build(1001.0)
+    assert v.id not in built["node_rows"] and f"n:{v.id}" not in built["fields"]
