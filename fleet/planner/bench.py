@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fleet.planner.model import Curve, PipelineModel, fit_linear, predict_run
+from fleet.planner.model import Curve, PipelineModel, fit_linear, fit_linear2, predict_run
 
 BATCHES = (1, 4, 16)
 KS = tuple(range(7))
@@ -52,6 +52,12 @@ class RunResult:
     rounds: int
     mean_batch: float
     timings: Timings = field(default_factory=Timings, repr=False)
+
+    @property
+    def mean_tokens(self) -> float:
+        """Tokens scored per verify step."""
+        v = self.timings.verify
+        return statistics.fmean(n for _, n, _ in v) if v else self.batch
 
     @property
     def goodput(self) -> float:
@@ -157,7 +163,7 @@ def run_sweep(
         )
     timings, all_t = Timings(), Timings()
     _instrument(verify, draft, timings, now)
-    prompts = prompts_for(max(batches) * (reps + 1), prompt_len)
+    prompts = prompts_for(max(batches), prompt_len)
     params = SamplingParams(temperature=0.0, max_tokens=new_tokens, ignore_eos=True)
     results: list[RunResult] = []
     # warm-up (allocator, caches, threads)
@@ -168,7 +174,7 @@ def run_sweep(
         for b in batches:
             for k in ks:
                 timings.clear()
-                batch = prompts[rep * max(batches) : rep * max(batches) + b]
+                batch = prompts[:b]  # the same workload every repetition: reps differ by noise only
                 gen = SpeculativeGenerator(verify, draft if k > 0 else None, k=k)
                 t0 = now()
                 outs = gen.generate(batch, params)
@@ -234,20 +240,35 @@ def _means(points: list[tuple[float, float]]) -> list[tuple[float, float, float]
     return [(x, statistics.fmean(ys), len(ys)) for x, ys in sorted(groups.items())]
 
 
+def _means2(points: list[tuple[float, float, float]]) -> list[tuple[float, float, float, float]]:
+    groups: dict[tuple[float, float], list[float]] = {}
+    for n, b, y in points:
+        groups.setdefault((n, b), []).append(y)
+    return [(n, b, statistics.fmean(ys), len(ys)) for (n, b), ys in sorted(groups.items())]
+
+
 def fit_model(
     results: list[RunResult], t: Timings, k_max: int
 ) -> tuple[PipelineModel, Curve, dict]:
     """Fit the planner's curves to the timings of the best run of each (batch, k)."""
     runs = best_runs(results)
     draft = fit_linear(_means([(b, s / k) for r in runs for b, k, s in r.timings.draft if k > 0]))
-    verify = fit_linear(_means([(n, s) for r in runs for _, n, s in r.timings.verify]))
-    overhead = fit_linear([(r.mean_batch, r.overhead_per_round) for r in runs if r.rounds])
+    # plain decoding steps (one token per sequence) and verify steps (a draft to score) run
+    # different code paths in the engine: fitted apart
+    verify = fit_linear2(
+        _means2([(n, b, s) for r in runs for b, n, s in r.timings.verify if n > b])
+    )
+    plain = fit_linear(_means([(b, s) for r in runs for b, n, s in r.timings.verify if n <= b]))
+    overhead = fit_linear2(
+        [(r.mean_tokens, r.mean_batch, r.overhead_per_round) for r in runs if r.rounds]
+    )
     prefill = fit_linear(_means([(b, s) for r in runs for b, s in r.timings.prefill]))
     per_pos = per_position_acceptance(t.accepted, k_max)
     m = PipelineModel(
         alpha=None,
         per_position=tuple(per_pos),
         verify_curve=verify,
+        plain_curve=plain,
         draft_curve=draft,
         overhead_curve=overhead,
         n_verifiers=1,
@@ -255,8 +276,9 @@ def fit_model(
     )
     fits = {
         "draft_step_s": {"a": draft.a, "per_seq": draft.x},
-        "verify_step_s": {"a": verify.a, "per_token": verify.x},
-        "overhead_per_round_s": {"a": overhead.a, "per_seq": overhead.x},
+        "verify_step_s": {"a": verify.a, "per_token": verify.x, "per_seq": verify.y},
+        "plain_step_s": {"a": plain.a, "per_seq": plain.x},
+        "overhead_per_round_s": {"a": overhead.a, "per_token": overhead.x, "per_seq": overhead.y},
         "prefill_s": {"a": prefill.a, "per_seq": prefill.x},
         "per_position_acceptance": [round(p, 4) for p in per_pos],
     }
@@ -275,8 +297,11 @@ def compare(
     measured = {(r.batch, r.k): r.goodput for r in best_runs(results)}
     rows, errors, ratios = [], [], []
     for b in batches:
+        # acceptance of this workload (these b prompts), measured over its runs of every k
+        accepted = [a for r in results if r.batch == b for a in r.timings.accepted]
+        mb = m.with_(per_position=tuple(per_position_acceptance(accepted, max(max(ks), 1))))
         preds = {
-            k: predict_run(m, k=k, batch=b, new_tokens=new_tokens, prefill_s=prefill(b))[
+            k: predict_run(mb, k=k, batch=b, new_tokens=new_tokens, prefill_s=prefill(b))[
                 "goodput_tps"
             ]
             for k in ks

@@ -86,14 +86,17 @@ def alpha_from_per_position(per_position: Sequence[float]) -> float:
 
 @dataclass(frozen=True)
 class Curve:
-    """t(n) = a + x*n seconds: n is the batch (draft) or tokens scored (verify)."""
+    """t = a + x*n + y*batch seconds. Draft steps: n is the batch (y unused). Verify steps:
+    n is the tokens scored and batch the sequences in the step; the two terms are the
+    roofline's two costs (compute per token, KV-cache reads per sequence)."""
 
     a: float
     x: float
     source: str = "measured"  # measured | roofline
+    y: float = 0.0
 
-    def __call__(self, n: float) -> float:
-        return self.a + self.x * max(n, 0.0)
+    def __call__(self, n: float, batch: float = 0.0) -> float:
+        return self.a + self.x * max(n, 0.0) + self.y * max(batch, 0.0)
 
 
 def fit_linear(points: Iterable[tuple[float, float]], *, source: str = "measured") -> Curve:
@@ -117,6 +120,45 @@ def fit_linear(points: Iterable[tuple[float, float]], *, source: str = "measured
         x = sum(w * n * t for n, t, w in pts) / max(sum(w * n * n for n, _, w in pts), 1e-18)
         a = 0.0
     return Curve(a, x, source)
+
+
+def fit_linear2(points: Iterable[tuple], *, source: str = "measured") -> Curve:
+    """Least-squares fit of t = a + x*n + y*b to (n, b, t[, weight]) points, all
+    coefficients >= 0 (a regressor whose coefficient comes out negative is dropped)."""
+    pts = [
+        (float(p[0]), float(p[1]), float(p[2]), float(p[3]) if len(p) > 3 else 1.0) for p in points
+    ]
+    if not pts:
+        raise ValueError("no points to fit")
+    sol = _lstsq([(1.0, n, b) for n, b, _, _ in pts], [t for *_, t, _ in pts], [w for *_, w in pts])
+    if sol is not None and min(sol) >= 0:
+        return Curve(sol[0], sol[1], source, sol[2])
+    by_n = fit_linear([(n, t, w) for n, _, t, w in pts], source=source)
+    by_b = fit_linear([(b, t, w) for _, b, t, w in pts], source=source)
+    err_n = sum(w * (by_n(n) - t) ** 2 for n, _, t, w in pts)
+    err_b = sum(w * (by_b(b) - t) ** 2 for _, b, t, w in pts)
+    return by_n if err_n <= err_b else Curve(by_b.a, 0.0, source, by_b.x)
+
+
+def _lstsq(rows: list[tuple[float, ...]], ys: list[float], ws: list[float]) -> list[float] | None:
+    """Weighted normal equations, solved by Gaussian elimination; None if singular."""
+    m = len(rows[0])
+    A = [
+        [sum(w * r[i] * r[j] for r, w in zip(rows, ws, strict=True)) for j in range(m)]
+        for i in range(m)
+    ]
+    v = [sum(w * r[i] * y for r, y, w in zip(rows, ys, ws, strict=True)) for i in range(m)]
+    for c in range(m):
+        piv = max(range(c, m), key=lambda i: abs(A[i][c]))
+        if abs(A[piv][c]) < 1e-18:
+            return None
+        A[c], A[piv], v[c], v[piv] = A[piv], A[c], v[piv], v[c]
+        for i in range(m):
+            if i != c:
+                f = A[i][c] / A[c][c]
+                A[i] = [a - f * b for a, b in zip(A[i], A[c], strict=True)]
+                v[i] -= f * v[c]
+    return [v[i] / A[i][i] for i in range(m)]
 
 
 # --- hardware and models ---------------------------------------------------------------------
@@ -249,7 +291,10 @@ class PipelineModel:
     drafter: Hardware | None = None
     target: ModelSpec | None = None
     draft: ModelSpec | None = None
-    verify_curve: Curve | None = None  # t(tokens scored)
+    verify_curve: Curve | None = None  # t(tokens scored, batch)
+    plain_curve: Curve | None = (
+        None  # t(batch) of a plain decoding step (no draft), if measured apart
+    )
     draft_curve: Curve | None = None  # t(batch)
     n_verifiers: int = 1
     n_drafters: int = 1
@@ -268,8 +313,10 @@ class PipelineModel:
 
     # step times ----------------------------------------------------------------------------
     def t_verify(self, batch: float, tokens: float) -> float:
+        if self.plain_curve is not None and tokens <= batch:
+            return self.plain_curve(batch)
         if self.verify_curve is not None:
-            return self.verify_curve(tokens)
+            return self.verify_curve(tokens, batch)
         if self.verifier is None or self.target is None:
             raise ValueError("no verify curve and no verifier hardware/target model")
         return roofline_step_s(self.verifier, self.target, batch=batch, tokens=tokens)
@@ -347,7 +394,7 @@ def predict(m: PipelineModel, *, k: int, batch: int) -> Prediction:
     t_d = m.t_draft(draft_batch) if k > 0 else 0.0
     t_v = m.t_verify(b, b * (k + 1))
     draft_time = k * t_d
-    overhead = m.overhead_curve(b) if m.overhead_curve is not None else 0.0
+    overhead = m.overhead_curve(b * (k + 1), b) if m.overhead_curve is not None else 0.0
     round_s = draft_time + t_v + m.hop_s + overhead
     E = m.E(k)
     goodput = V * b * E / round_s if (V > 0 and round_s > 0) else 0.0
@@ -456,8 +503,9 @@ def predict_run(
             b = len(live)
             kk = k if (k > 0 and m.drafter_kind != "none") else 0
             t_d = m.t_draft(b) if kk else 0.0
-            t_v = m.t_verify(b, sum(min(kk, remaining[i] - 1) + 1 for i in live))
-            over = m.overhead_curve(b) if m.overhead_curve is not None else 0.0
+            scored = sum(min(kk, remaining[i] - 1) + 1 for i in live)
+            t_v = m.t_verify(b, scored)
+            over = m.overhead_curve(scored, b) if m.overhead_curve is not None else 0.0
             t += kk * t_d + t_v + m.hop_s + over
             for i in live:
                 cap = min(kk, remaining[i] - 1)

@@ -135,3 +135,15 @@ def test_cost_per_million_tokens():
     assert cost_per_million_tokens(1000.0, 3.6) == pytest.approx(1.0)
     assert cost_per_million_tokens(0.0, 3.6) is None
     assert cost_per_million_tokens(10.0, None) is None
+
+
+def test_fit_linear2_recovers_tokens_and_batch_terms():
+    from fleet.planner.model import fit_linear2
+
+    pts = [(n, b, 0.005 + 0.0003 * n + 0.0002 * b) for b in (1, 4, 16) for n in (b, 2 * b, 5 * b)]
+    c = fit_linear2(pts)
+    assert (c.a, c.x, c.y) == pytest.approx((0.005, 0.0003, 0.0002), rel=1e-6)
+    assert c(10, 4) == pytest.approx(0.005 + 0.003 + 0.0008)
+    # a negative batch term is dropped rather than predicting time that falls with batch
+    bad = fit_linear2([(n, b, 0.01 + 0.001 * n - 0.0001 * b) for b in (1, 8) for n in (b, 3 * b)])
+    assert bad.y >= 0 and bad.x >= 0 and bad.a >= 0

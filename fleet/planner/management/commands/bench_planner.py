@@ -35,7 +35,7 @@ class Command(BaseCommand):
         parser.add_argument("--new-tokens", type=int, default=48)
         parser.add_argument("--prompt-len", type=int, default=32)
         parser.add_argument(
-            "--reps", type=int, default=3, help="repetitions of the sweep (best run counts)"
+            "--reps", type=int, default=5, help="repetitions of the sweep (best run counts)"
         )
         parser.add_argument("--batches", default="1,4,16")
         parser.add_argument("--k-max", type=int, default=6)
