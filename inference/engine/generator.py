@@ -46,7 +46,14 @@ class SpeculativeGenerator:
             check_compatible(draft.info(), verify.info())
         self.verify, self.draft, self.wire = verify, draft, wire
         self.k = k if callable(k) else (lambda _sid, _k=k: _k)
-        self.counters = SpecCounters()
+
+    @property
+    def counters(self) -> SpecCounters:
+        """Engine-level totals (each batch counted once): rounds and acceptance from the
+        verifier, draft steps and time from the drafter. Per-sequence counters live on each
+        GenerationOutput; there a step's time counts for every sequence in its batch."""
+        total = SpecCounters().merge(self.verify.counters)
+        return total.merge(self.draft.counters) if self.draft is not None else total
 
     def _capacity(self) -> int:
         free = [self.verify.n_free]
@@ -104,7 +111,6 @@ class SpeculativeGenerator:
             o.counters.merge(self.verify.free(o.seq_id) or SpecCounters())
             if self.draft is not None:
                 o.counters.merge(self.draft.free(o.seq_id) or SpecCounters())
-            self.counters.merge(o.counters)
 
     def _roundtrip(self, msg):
         if not self.wire:
