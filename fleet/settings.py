@@ -230,6 +230,9 @@ CELERY_BEAT_SCHEDULE = {
     "mark-lost-nodes": {"task": "tandem.nodes.mark_lost", "schedule": float(HEARTBEAT_PERIOD_S)},
     # deadlines, and re-route (or fail) generations held by lost nodes
     "generations-watchdog": {"task": "tandem.generations.watchdog", "schedule": 1.0},
+    # auto mode: the planner applies its recommendations (hysteresis and a minimum interval
+    # per pipeline keep it from flapping; most passes change nothing)
+    "planner-auto-mode": {"task": "tandem.planner.auto_mode", "schedule": 30.0},
 }
 
 LOGGING = {
