@@ -66,6 +66,7 @@ def control_worker(settings) -> ChildSpec:
             "celery",
             "-A",
             "fleet",
+            "--quiet",  # no banner: `up` prints what matters
             "worker",
             "--pool=threads",
             "--concurrency=4",
@@ -75,7 +76,7 @@ def control_worker(settings) -> ChildSpec:
             f"--schedule={settings.DATA_DIR / 'celerybeat-schedule'}",
             "--without-gossip",
             "--without-mingle",
-            "--loglevel=INFO",
+            "--loglevel=WARNING",  # beat sends tasks every second: INFO would flood
         ],
         stop_timeout_s=15.0,
     )
@@ -152,7 +153,7 @@ class Supervisor:
             preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
         )
         self.running.append((spec, process))
-        self.log(f"  started {spec.name:<8} pid {process.pid}")
+        self.log(f"  started {spec.name:<12} pid {process.pid}")
         return process
 
     def check(self) -> None:
@@ -193,7 +194,7 @@ class Supervisor:
     def _stop(self, spec: ChildSpec, process: subprocess.Popen) -> None:
         pgid = process.pid  # start_new_session: the child leads its own group
         if process.poll() is None or _group_alive(pgid):
-            self.log(f"  stopping {spec.name:<7} pid {process.pid}")
+            self.log(f"  stopping {spec.name:<11} pid {process.pid}")
         try:
             os.killpg(pgid, signal.SIGTERM)
         except ProcessLookupError:

@@ -66,7 +66,7 @@ class Command(BaseCommand):
         try:
             redis_server = ensure_redis_url(settings.DATA_DIR)
             if redis_server:
-                self._say(f"  started redis    pid {redis_server.process.pid} (embedded)")
+                self._say(f"  started redis        pid {redis_server.process.pid} (embedded)")
             settings.REDIS_URL = os.environ["REDIS_URL"]
 
             call_command("migrate", interactive=False, verbosity=0)
@@ -102,7 +102,7 @@ class Command(BaseCommand):
             self._say("\nStopping Tandem...")
             supervisor.stop_all()
             if redis_server:
-                self._say(f"  stopping redis   pid {redis_server.process.pid}")
+                self._say(f"  stopping redis       pid {redis_server.process.pid}")
                 redis_server.stop()
             self._say("Stopped.")
         if exit_code:
