@@ -74,13 +74,20 @@
     this.stopped = false;
     this.connect();
     var self = this;
+    this.lastTs = 0;
+    this.lastFresh = Date.now();
     this.watchdog = setInterval(function () {
-      if (self.ws && self.ws.readyState === 1 && Date.now() - self.lastMessage > 8000) {
-        self.ws.close();
+      if (!self.ws || self.ws.readyState !== 1) return;
+      if (Date.now() - self.lastMessage > 8000) {
+        self.ws.close(); // half-open connection: start over
+        return;
       }
-    }, 2000);
+      var quiet = Math.round((Date.now() - self.lastFresh) / 1000);
+      if (quiet >= 5) self.status("stale", "no fresh telemetry for " + quiet + " s");
+    }, 1000);
   }
   LiveSocket.prototype.status = function (state, detail) {
+    this.state = state;
     var el = document.getElementById("live-status");
     if (el) {
       el.className = "live-status live-" + state;
@@ -103,6 +110,7 @@
     ws.onopen = function () {
       self.attempt = 0;
       self.lastMessage = Date.now();
+      self.lastFresh = Date.now();
       self.status("live", "live");
       (self.options.subscribe || []).forEach(function (sub) {
         ws.send(JSON.stringify(Object.assign({ action: "subscribe" }, sub)));
@@ -115,6 +123,12 @@
         message = JSON.parse(event.data);
       } catch (e) {
         return;
+      }
+      if (message.ts && message.ts > self.lastTs) {
+        // the aggregator stamps every push: newer stamps mean the numbers are live
+        self.lastTs = message.ts;
+        self.lastFresh = Date.now();
+        if (self.state !== "live") self.status("live", "live");
       }
       if (message.type === "error") {
         console.warn("live:", message.detail);

@@ -101,6 +101,9 @@ class Stack:
                 time.sleep(0.2)
         raise RuntimeError("daphne did not start")
 
+    def kill_aggregator(self) -> None:
+        _stop(self.aggregator, signal.SIGKILL)
+
     def kill_web(self) -> None:
         _stop(self.web, signal.SIGKILL)  # an abrupt death, as in a crash or power cut
 

@@ -124,6 +124,12 @@ def test_wall_by_signed_link_recovers_after_a_server_restart(stack, chromium, sc
         )
         page.screenshot(path=str(screenshots / "wall-after-restart.png"))
 
+        # no aggregator: the numbers stop being fresh, and the wall says so
+        stack.kill_aggregator()
+        page.wait_for_selector("#live-status.live-stale", timeout=15000)
+        stack.start_aggregator()
+        _wait_live(page, timeout_ms=20000)
+
         # revoking the link on the admin page darkens the screen at once
         admin_page.goto(f"{stack.url}/wall/links/")
         admin_page.click("tr:has-text('NOC left screen') button:has-text('Revoke')")
