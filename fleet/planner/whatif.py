@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from fleet.nodes.choices import ProfileKind
 from fleet.nodes.models import HardwareProfile
-from fleet.pipelines.models import DrafterKind, Pipeline, PlacementRole
+from fleet.pipelines.models import DrafterKind, Pipeline, Placement, PlacementRole
 from fleet.planner import inputs
 from fleet.planner.model import Hardware, PipelineModel, cost_per_million_tokens
 from fleet.planner.recommend import best_k_at
@@ -51,12 +51,17 @@ def current_fleet(
     *, include_simulated: bool = True
 ) -> tuple[list[PipelineMix], dict[str, HardwareProfile]]:
     profiles = {p.slug: p for p in HardwareProfile.objects.all()}
-    pipelines = Pipeline.objects.prefetch_related("placements__node__profile")
+    pipelines = Pipeline.objects.order_by("name")
     if not include_simulated:
         pipelines = pipelines.filter(simulated=False)
+    # one query for every placement (a prefetch would send thousands of ids back in an IN)
+    by_pipeline: dict[int, list[Placement]] = {}
+    rows = Placement.objects.filter(pipeline__in=pipelines).exclude(node__state="retired")
+    for p in rows.select_related("node__profile"):
+        by_pipeline.setdefault(p.pipeline_id, []).append(p)
     mixes = []
     for pipeline in pipelines:
-        placements = [p for p in pipeline.placements.all() if p.node.state != "retired"]
+        placements = by_pipeline.get(pipeline.pk, [])
         measured = inputs.measured(pipeline)
         m = inputs.pipeline_model(pipeline, placements=placements, measured_inputs=measured)
         mix = PipelineMix(
