@@ -158,8 +158,12 @@ class Simulator:
         seed: int = 0,
         redis=None,
         publish=None,
+        prefix: str | None = None,
     ):
+        """`prefix`: simulate only the simulated nodes named `<prefix>-...` (two simulators
+        side by side never report the same node); None: every simulated node."""
         self.alphas = alphas
+        self.prefix = prefix
         self.tick_s, self.reload_s = tick_s, reload_s
         self.rng = np.random.default_rng(seed)
         self.redis = redis
@@ -178,7 +182,11 @@ class Simulator:
     # --- state from the database -------------------------------------------------------------
     def load(self) -> None:
         nodes = list(
-            Node.objects.filter(simulated=True).exclude(state="retired").select_related("profile")
+            Node.objects.filter(
+                simulated=True, **({"name__startswith": f"{self.prefix}-"} if self.prefix else {})
+            )
+            .exclude(state="retired")
+            .select_related("profile")
         )
         self.node_ids = [n.pk for n in nodes]
         self.profiles = {n.pk: Hardware.from_profile(n.profile) for n in nodes}

@@ -51,10 +51,18 @@ class Command(BaseCommand):
         by_pipeline = simulator.setup_fleet(
             nodes=nodes, pipelines=pipelines, prefix=prefix, alphas=alphas, reset=reset
         )
+        from fleet.nodes.models import Node
+
+        n_nodes = Node.objects.filter(simulated=True, name__startswith=f"{prefix}-").count()
+        if n_nodes != nodes:
+            self.stdout.write(
+                f"reusing the existing simulated fleet {prefix!r} of {n_nodes} nodes "
+                "(--reset rebuilds it with --nodes/--pipelines)"
+            )
         self.stdout.write(
-            f"simulated fleet {prefix!r}: {len(by_pipeline)} pipelines, set up in "
+            f"simulated fleet {prefix!r}: {n_nodes} nodes, {len(by_pipeline)} pipelines, set up in "
             f"{time.monotonic() - started:.1f}s; sending telemetry every {tick}s (simulated)"
         )
-        sim = simulator.Simulator(by_pipeline, tick_s=tick, seed=seed)
+        sim = simulator.Simulator(by_pipeline, tick_s=tick, seed=seed, prefix=prefix)
         sent = sim.run(seconds)
         self.stdout.write(f"stopped: {sent} samples sent")
