@@ -16,7 +16,9 @@ import asyncio
 import json
 import logging
 import math
+import os
 import time
+import uuid
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -38,6 +40,15 @@ ROLLUP_S = 10
 ROLLUP_LONG_S = 300
 PENDING_MAX = 20_000
 SNAPSHOT_FULL_S = 5.0
+LEADER_KEY = "tandem:aggregator:leader"
+LEADER_TTL_MS = 6000
+# Refresh the leader lock only while we still hold it (compare and extend, atomically).
+_REFRESH_LOCK = """
+if redis.call('get', KEYS[1]) == ARGV[1] then
+  return redis.call('pexpire', KEYS[1], ARGV[2])
+end
+return 0
+"""
 
 
 @dataclass
@@ -73,6 +84,7 @@ class Aggregator:
         self.messages_sent = 0
         self._written_fields: set[str] = set()
         self._last_full_snapshot = 0.0
+        self.leader_id = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
     # --- ingest -------------------------------------------------------------------------------
     def set_registry(self, registry: Registry) -> None:
@@ -344,6 +356,9 @@ class Aggregator:
 
         layer = layer or get_channel_layer()
         r = aioredis.from_url(redis_url)
+        if not await self._lead(r, stop):
+            await r.aclose()
+            return
         await self._refresh_registry()
         last_id = await _stream_tail(r)
         await r.hset(LIVE_KEY, "meta", json.dumps({"ts": self.clock(), "started": self.started}))
@@ -370,6 +385,9 @@ class Aggregator:
                 if now >= next_registry or (self.has_unknown and now >= next_registry - 3.0):
                     next_registry = now + 5.0
                     await self._refresh_registry()
+                if not await r.eval(_REFRESH_LOCK, 1, LEADER_KEY, self.leader_id, LEADER_TTL_MS):
+                    log.warning("aggregator: lost the leader lock; another one took over")
+                    break
                 await self._tick(r, layer, now)
                 rows = self.close_buckets(now)
                 if rows:
@@ -383,7 +401,26 @@ class Aggregator:
                 await asyncio.sleep(1.0)
         if background:
             await asyncio.gather(*background, return_exceptions=True)
+        if await r.get(LEADER_KEY) == self.leader_id.encode():
+            await r.delete(LEADER_KEY)
         await r.aclose()
+
+    async def _lead(self, r, stop: asyncio.Event) -> bool:
+        """One aggregator per fleet: take the leader lock, or wait as a standby until the
+        current one stops refreshing it (it refreshes every tick; it expires after
+        LEADER_TTL_MS). False if asked to stop while waiting."""
+        said = False
+        while not stop.is_set():
+            if await r.set(LEADER_KEY, self.leader_id, nx=True, px=LEADER_TTL_MS):
+                return True
+            if not said:
+                log.info("aggregator: another aggregator leads; standing by")
+                said = True
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=1.0)
+            except TimeoutError:
+                pass
+        return False
 
     async def _refresh_registry(self) -> None:
         try:

@@ -166,3 +166,30 @@ async def test_the_aggregator_loop_pushes_a_published_sample(viewer):
         stop.set()
         await asyncio.wait_for(task, timeout=5)
         await comm.disconnect()
+
+
+async def test_a_second_aggregator_stands_by_until_the_leader_stops():
+    import asyncio
+
+    first, second = Aggregator(tick_s=0.2), Aggregator(tick_s=0.2)
+    first.set_registry(await sync_to_async(load_registry)())
+    stop1, stop2 = asyncio.Event(), asyncio.Event()
+    t1 = asyncio.create_task(first.run(redis_url=settings.REDIS_URL, stop=stop1))
+    r = aioredis.from_url(settings.REDIS_URL)
+    for _ in range(50):
+        if await r.get("tandem:aggregator:leader") == first.leader_id.encode():
+            break
+        await asyncio.sleep(0.1)
+    t2 = asyncio.create_task(second.run(redis_url=settings.REDIS_URL, stop=stop2))
+    await asyncio.sleep(1.0)
+    assert await r.get("tandem:aggregator:leader") == first.leader_id.encode()
+    stop1.set()
+    await asyncio.wait_for(t1, timeout=5)  # a clean stop hands over at once
+    for _ in range(50):
+        if await r.get("tandem:aggregator:leader") == second.leader_id.encode():
+            break
+        await asyncio.sleep(0.1)
+    assert await r.get("tandem:aggregator:leader") == second.leader_id.encode()
+    stop2.set()
+    await asyncio.wait_for(t2, timeout=5)
+    await r.aclose()
