@@ -11,6 +11,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from django.conf import settings
@@ -61,9 +62,12 @@ class Stack:
         if db["ENGINE"].endswith("sqlite3"):
             self.env["DATABASE_URL"] = f"sqlite:///{db['NAME']}"
         else:  # PostgreSQL test database
-            self.env["DATABASE_URL"] = (
-                f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+            user, password = (
+                quote(db.get("USER") or "", safe=""),
+                quote(db.get("PASSWORD") or "", safe=""),
             )
+            host, port = db.get("HOST") or "localhost", db.get("PORT") or 5432
+            self.env["DATABASE_URL"] = f"postgres://{user}:{password}@{host}:{port}/{db['NAME']}"
         self.web: subprocess.Popen | None = None
         self.aggregator: subprocess.Popen | None = None
         self.logs = Path(settings.DATA_DIR) / "browser-logs"
