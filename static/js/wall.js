@@ -113,7 +113,10 @@
         delete cards[id];
       }
     });
-    document.getElementById("wall-empty").hidden = (m.pipelines || []).length > 0;
+    var count = (m.pipelines || []).length;
+    document.getElementById("wall-empty").hidden = count > 0;
+    pipes.classList.toggle("compact", count > 6 && count <= 12);
+    pipes.classList.toggle("dense", count > 12);
   }
 
   if (data.live) onFleet(data.live, false);
