@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from fleet.accounts.secrets import new_secret
@@ -230,7 +231,13 @@ class Simulator:
         return any(versions.get(pid) != sp.version for pid, sp in self.pipelines.items())
 
     def heartbeat(self) -> None:
-        Node.objects.filter(pk__in=self.node_ids).update(last_seen=timezone.now())
+        """What the agents' heartbeats do, in bulk: last_seen now; a registered or lost node
+        comes online (draining and retired nodes stay as they are)."""
+        nodes = Node.objects.filter(pk__in=self.node_ids)
+        nodes.update(last_seen=timezone.now())
+        nodes.filter(state__in=["registered", "lost"]).update(
+            state="online", version=F("version") + 1
+        )
         self._last_heartbeat = time.monotonic()
 
     # --- one tick ----------------------------------------------------------------------------

@@ -99,3 +99,15 @@ def test_simulate_command_and_reset():
         "--reset",
     )
     assert Node.objects.filter(name__startswith="cmd-", simulated=True).count() == 4
+
+
+def test_heartbeat_brings_lost_nodes_back_but_leaves_drained_ones():
+    alphas = simulator.setup_fleet(nodes=4, pipelines=1)
+    sim = simulator.Simulator(alphas, publish=lambda items: len(items))
+    sim.load()
+    a, b = Node.objects.filter(simulated=True)[:2]
+    Node.objects.filter(pk=a.pk).update(state="lost")
+    Node.objects.filter(pk=b.pk).update(state="draining")
+    sim.heartbeat()
+    assert Node.objects.get(pk=a.pk).state == "online"
+    assert Node.objects.get(pk=b.pk).state == "draining"
