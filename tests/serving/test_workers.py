@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from fleet.pipelines.models import Pipeline
 from inference import services, streams
 from inference.engine.engines import DraftEngine, VerifyEngine
 from inference.engine.generator import SpeculativeGenerator
@@ -107,6 +108,21 @@ def test_greedy_through_workers_equals_inprocess_and_verifier_batches(
         for g in long:
             g.refresh_from_db()
             assert g.state == "cancelled"
+        # A pipeline change reaches the running workers between rounds, without restart:
+        # verify one sequence at a time, draft k=2; output stays the greedy output.
+        Pipeline.objects.filter(pk=pipeline.pk).update(
+            max_verify_batch=1, k_policy={"mode": "fixed", "k": 2}
+        )
+        pipeline.refresh_from_db()
+        services.push_pipeline_config(pipeline)
+        before = node_inspect(verifier.pk)["stats"]["batch_size_hist"]
+        gens = [submit(pipeline, p, 12) for p in ps[:3]]
+        streamed = wait_done([g.pk for g in gens], workers=workers)
+        expected = inprocess(target, draft, ps[:3], max_tokens=12, k=2)
+        assert [tokens_of(streamed[str(g.pk)]) for g in gens] == expected
+        after = node_inspect(verifier.pk)["stats"]["batch_size_hist"]
+        assert {b for b in after if after[b] != before.get(b, 0)} == {"1"}
+
         # the node heartbeats carried telemetry over HTTP
         verifier.refresh_from_db()
         assert verifier.device_info["kind"] in ("cpu", "gpu")
