@@ -1,8 +1,8 @@
 """Every state change of a generation: keyword-only, atomic, messages to workers after commit.
 
 Web side: `generation_submit`, `generation_cancel`, `push_pipeline_config`.
-Worker side (the verifier owns a running generation's row): `generation_claim`,
-`generation_first_token`, `generation_finish`.
+Worker side (the verifier owns a running generation's row): `generations_claim`,
+`generations_first_token`, `generation_finish`.
 Control worker: `generations_watchdog` (deadlines, lost nodes -> re-route or fail).
 """
 
@@ -148,20 +148,30 @@ def push_pipeline_config(pipeline: Pipeline) -> None:
 # --- worker side: the verifier owns a running generation's row -------------------------------
 
 
-def generation_claim(*, generation_id, attempt: int, now: datetime | None = None) -> bool:
-    """queued -> running for this attempt; False if it was cancelled or re-routed."""
+def generations_claim(*, starts: list[tuple[str, int]], now: datetime | None = None) -> set[str]:
+    """queued -> running for each (generation id, attempt), in one UPDATE per attempt
+    number; returns the ids claimed (the others were cancelled or re-routed meanwhile)."""
     now = now or timezone.now()
-    return bool(
-        Generation.objects.filter(pk=generation_id, state=S.QUEUED, attempts=attempt).update(
-            state=S.RUNNING, started_at=now
-        )
-    )
+    claimed: set[str] = set()
+    by_attempt: dict[int, list[str]] = {}
+    for gid, attempt in starts:
+        by_attempt.setdefault(attempt, []).append(gid)
+    for attempt, ids in by_attempt.items():
+        with transaction.atomic():
+            Generation.objects.filter(pk__in=ids, state=S.QUEUED, attempts=attempt).update(
+                state=S.RUNNING, started_at=now
+            )
+            claimed |= {
+                str(pk)
+                for pk in Generation.objects.filter(
+                    pk__in=ids, state=S.RUNNING, attempts=attempt, started_at=now
+                ).values_list("pk", flat=True)
+            }
+    return claimed
 
 
-def generation_first_token(*, generation_id, attempt: int, at: datetime) -> None:
-    Generation.objects.filter(
-        pk=generation_id, attempts=attempt, first_token_at__isnull=True
-    ).update(first_token_at=at)
+def generations_first_token(*, ids: list[str], at: datetime) -> None:
+    Generation.objects.filter(pk__in=ids, first_token_at__isnull=True).update(first_token_at=at)
 
 
 def generation_finish(

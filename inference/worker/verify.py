@@ -158,8 +158,7 @@ class VerifyLoop(BaseLoop):
         now = datetime.now(UTC)
         for seq, _ in infos:
             self.seqs[seq.gen] = seq
-            self.later(services.generation_first_token, generation_id=seq.gen,
-                       attempt=seq.attempt, at=now)  # fmt: skip
+        self.later(services.generations_first_token, ids=[s.gen for s, _ in infos], at=now)
         drafter_starts = defaultdict(list)
         events = self._emit(results, drafter_starts=drafter_starts, items=items)
         streams.publish_many(events)
@@ -168,11 +167,7 @@ class VerifyLoop(BaseLoop):
         self._inspect_dirty = True
 
     def _claim(self, starts: list[dict]) -> set[str]:
-        claimed = set()
-        for p in starts:
-            if services.generation_claim(generation_id=p["gen"], attempt=p["attempt"]):
-                claimed.add(p["gen"])
-        return claimed
+        return services.generations_claim(starts=[(p["gen"], p["attempt"]) for p in starts])
 
     @staticmethod
     def _resume_state(p: dict) -> tuple[list[int], str]:
