@@ -45,6 +45,19 @@ def inprocess(target, draft, ps, max_tokens: int, k: int = 4, **params) -> list[
     return [o.token_ids for o in outs]
 
 
+def inprocess_sampled(target, draft, ps, max_tokens: int) -> list[list[int]]:
+    tm, tok = load_checkpoint(target)
+    dm, _ = load_checkpoint(draft)
+    gen = SpeculativeGenerator(
+        VerifyEngine(tm, tok, n_slots=len(ps)),
+        DraftEngine.from_model(dm, tok, n_slots=len(ps)),
+        k=4,
+    )
+    params = [SamplingParams(temperature=0.8, top_p=0.95, seed=7 + i, max_tokens=max_tokens)
+              for i in range(len(ps))]  # fmt: skip
+    return [o.token_ids for o in gen.generate(ps, params)]
+
+
 def submit(pipeline, p, max_tokens, **extra):
     return services.generation_submit(
         pipeline=pipeline, prompt="", prompt_tokens=p,
@@ -108,6 +121,13 @@ def test_greedy_through_workers_equals_inprocess_and_verifier_batches(
         for g in long:
             g.refresh_from_db()
             assert g.state == "cancelled"
+        # Seeded sampling crosses the wire too (draft q as float16): same tokens as in-process.
+        sampled = [submit(pipeline, p, 16, temperature=0.8, top_p=0.95, seed=7 + i)
+                   for i, p in enumerate(ps[:3])]  # fmt: skip
+        streamed = wait_done([g.pk for g in sampled], workers=workers)
+        want = inprocess_sampled(target, draft, ps[:3], 16)
+        assert [tokens_of(streamed[str(g.pk)]) for g in sampled] == want
+
         # A pipeline change reaches the running workers between rounds, without restart:
         # verify one sequence at a time, draft k=2; output stays the greedy output.
         Pipeline.objects.filter(pk=pipeline.pk).update(
