@@ -23,7 +23,7 @@ from rest_framework.reverse import reverse
 
 from fleet.accounts.access import can
 from fleet.accounts.authentication import bearer_token
-from inference import services, streams
+from inference import services, sse, streams
 from inference.models import Generation, GenerationState
 from inference.submission import (
     MAX_STOP_LENGTH,
@@ -316,10 +316,13 @@ async def generation_stream(request, generation_id):
     last_id = request.headers.get("Last-Event-ID") or "0"
 
     async def events():
-        async for entry_id, event in streams.follow(
-            generation_id, last_id=last_id, block_ms=1000, timeout_s=STREAM_IDLE_TIMEOUT_S
+        async for entry_id, event in sse.follow(
+            generation_id, last_id=last_id, idle_timeout_s=STREAM_IDLE_TIMEOUT_S
         ):
-            yield _sse_event(entry_id, event)
+            if entry_id is None:  # a keep-alive tick, or the end of a stream gone quiet
+                yield sse.KEEPALIVE_COMMENT if event["type"] == sse.KEEPALIVE else b""
+            else:
+                yield _sse_event(entry_id, event)
 
     response = StreamingHttpResponse(events(), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"

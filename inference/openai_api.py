@@ -23,12 +23,14 @@ from dataclasses import dataclass, field
 from functools import wraps
 
 from asgiref.sync import sync_to_async
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
+from redis.exceptions import RedisError
 
 from fleet.accounts.access import can
 from fleet.accounts.authentication import bearer_token, user_for_api_key
-from inference import services, streams
+from inference import services, sse
 from inference.models import Generation
 from inference.submission import (
     ModelNotFound,
@@ -45,6 +47,8 @@ COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 IDLE_TIMEOUT_S = 120.0  # no event on a generation's stream for this long -> give up
 # Short blocking reads: redis-py's default socket timeout (5 s) must not cut an XREAD.
 BLOCK_MS = 1000
+# A silent stream writes a comment this often: how a server notices that its client left.
+KEEPALIVE_S = 2.0
 CHAT_ROLES = {"system", "developer", "user", "assistant"}
 
 # Parameters we accept only at their neutral value (clients often send the defaults).
@@ -163,6 +167,14 @@ def endpoint(method: str, action: str):
                 return from_request_error(exc).response()
             except asyncio.CancelledError:
                 raise
+            except (DatabaseError, RedisError) as exc:  # transient: tell the client to retry
+                log.warning("OpenAI endpoint %s: %r", request.path, exc)
+                return OpenAIError(
+                    503,
+                    "The server is busy; please retry the request.",
+                    type="server_error",
+                    code="server_busy",
+                ).response()
             except Exception:
                 log.exception("OpenAI endpoint %s failed", request.path)
                 return OpenAIError(
@@ -336,6 +348,7 @@ def _cancel_quietly(generation_id) -> None:
     try:
         generation = Generation.objects.filter(pk=generation_id).first()
         if generation is not None and not generation.is_terminal:
+            log.info("generation %s: its client left or it timed out; cancelling", generation_id)
             services.generation_cancel(generation=generation, actor=None)
     except Exception:  # the client is gone; nobody to tell, but keep a trace
         log.exception("could not cancel generation %s after its client left", generation_id)
@@ -426,15 +439,16 @@ async def _run(request, caller: Caller, prepared: Prepared, options: Options, *,
     return await _complete(job)
 
 
-async def _events(generation_id) -> AsyncIterator[dict]:
-    """The generation's events until done/error; an error event if the stream goes quiet."""
-    async for _id, event in streams.follow(
-        generation_id, block_ms=BLOCK_MS, timeout_s=IDLE_TIMEOUT_S
+async def _events(generation_id, *, keepalive_s: float | None = None) -> AsyncIterator[dict]:
+    """The generation's events until done/error, or a final "timeout" event if the stream goes
+    quiet; with `keepalive_s`, "keepalive" ticks while it is silent."""
+    async for _id, event in sse.follow(
+        generation_id,
+        keepalive_s=keepalive_s,
+        idle_timeout_s=IDLE_TIMEOUT_S,
+        block_ms=BLOCK_MS,
     ):
         yield event
-        if event.get("type") in streams.TERMINAL_TYPES:
-            return
-    yield {"type": "timeout"}
 
 
 def _error_of(event: dict) -> OpenAIError:
@@ -529,11 +543,15 @@ async def _sse(job: Job) -> AsyncIterator[bytes]:
     ended = False
     n = 0
     try:
-        if job.chat:
-            yield _data(_chunk(job, text="", role=True))
-        async for event in _events(job.generation.id):
+        # Headers and a first line at once, so a client (and any proxy) sees the stream open
+        # while the generation waits in the queue: a chat stream's role chunk, or an SSE
+        # comment, which clients ignore.
+        yield _data(_chunk(job, text="", role=True)) if job.chat else b": started\n\n"
+        async for event in _events(job.generation.id, keepalive_s=KEEPALIVE_S):
             kind = event.get("type")
-            if kind == "tokens":
+            if kind == sse.KEEPALIVE:
+                yield sse.KEEPALIVE_COMMENT
+            elif kind == "tokens":
                 n = event.get("n", n + len(event.get("tokens", [])))
                 if event.get("text"):
                     yield _data(_chunk(job, text=event["text"]))

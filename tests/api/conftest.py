@@ -6,10 +6,18 @@ events to its real Redis stream."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
+import httpx
 import pytest
+from django.db import connection
 from django.utils import timezone
 from tokenizers import AddedToken
 
@@ -19,6 +27,7 @@ from inference import services, streams
 from inference.training.byte_tokenizer import build_byte_tokenizer
 
 CONTEXT = 64
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def write_model_dir(path, *, context: int = CONTEXT, chatml: bool = False):
@@ -132,3 +141,60 @@ def fake_worker(monkeypatch):
     yield worker
     for thread in worker.threads:
         thread.join(timeout=10)
+
+
+class DaphneURL(str):
+    """The server's base URL; `.log()` is what the server printed (for failure messages)."""
+
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text()[-5000:]
+
+
+def database_url() -> str:
+    """This test run's database, for a server subprocess."""
+    s = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{s['NAME']}"
+    return (
+        f"postgres://{s['USER']}:{s['PASSWORD']}@{s['HOST'] or 'localhost'}:{s['PORT'] or 5432}"
+        f"/{s['NAME']}"
+    )
+
+
+@pytest.fixture
+def daphne_url(transactional_db, tmp_path):
+    """The production ASGI server, daphne, in a subprocess on the test database and Redis."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "DATABASE_URL": database_url(), "DJANGO_SETTINGS_MODULE": "fleet.settings"}
+    log_path = tmp_path / "daphne.log"
+    argv = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [*argv, "fleet.asgi:application"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    url = DaphneURL(f"http://127.0.0.1:{port}")
+    url.log_path = log_path
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, f"daphne exited:\n{log_path.read_text()}"
+            assert time.monotonic() < deadline, f"daphne did not start:\n{log_path.read_text()}"
+            try:
+                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)

@@ -32,7 +32,7 @@ def assert_openai_error(response, status, *, code=None, param=None):
 def sse_payloads(response) -> list:
     raw = b"".join(response).decode()
     assert raw.endswith("data: [DONE]\n\n")
-    blocks = [b for b in raw.split("\n\n") if b]
+    blocks = [b for b in raw.split("\n\n") if b and not b.startswith(":")]  # no comments
     assert all(b.startswith("data: ") for b in blocks)
     return [json.loads(b[6:]) for b in blocks[:-1]]
 
@@ -253,8 +253,26 @@ def test_a_silent_stream_times_out_and_cancels(serving, as_persona, fake_worker,
     from inference import openai_api
 
     monkeypatch.setattr(openai_api, "IDLE_TIMEOUT_S", 0.3)
-    fake_worker.events = [openai_api.streams.tokens_event([65], "A", 1)]  # then nothing
+    from inference import streams
+
+    fake_worker.events = [streams.tokens_event([65], "A", 1)]  # then nothing
     error = assert_openai_error(post(as_persona("operator"), "/v1/completions", GOOD), 504)
     assert error["code"] == "timeout"
     generation = Generation.objects.get(pk=fake_worker.submitted[0].pk)
     assert generation.state == GenerationState.CANCELLED
+
+
+def test_a_locked_database_or_redis_outage_is_503_retryable(serving, as_persona, monkeypatch):
+    from django.db import OperationalError
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    from inference import services
+
+    for exc in (OperationalError("database is locked"), RedisConnectionError("down")):
+
+        def fail(exc=exc, **kwargs):
+            raise exc
+
+        monkeypatch.setattr(services, "generation_submit", fail)
+        error = assert_openai_error(post(as_persona("operator"), "/v1/completions", GOOD), 503)
+        assert error["code"] == "server_busy"
