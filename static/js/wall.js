@@ -8,6 +8,22 @@
   var pipes = document.getElementById("wall-pipes");
   var cards = {};
   var pointDue = T.every(2000);
+  var lastCount = -1;
+  var FIT_LEVELS = 5;
+
+  /* No scrolling on a wall: drop detail level by level until the page fits the screen. */
+  function fit() {
+    var body = document.body;
+    for (var i = 1; i <= FIT_LEVELS; i++) body.classList.remove("fit-" + i);
+    for (var level = 1; level <= FIT_LEVELS; level++) {
+      if (document.documentElement.scrollHeight <= window.innerHeight + 2) break;
+      body.classList.add("fit-" + level);
+    }
+    document.querySelectorAll(".js-plotly-plot").forEach(function (el) {
+      if (el.offsetParent !== null) Plotly.Plots.resize(el);
+    });
+  }
+  window.addEventListener("resize", function () { fit(); });
 
   function clock() {
     var now = new Date();
@@ -115,8 +131,10 @@
     });
     var count = (m.pipelines || []).length;
     document.getElementById("wall-empty").hidden = count > 0;
-    pipes.classList.toggle("compact", count > 6 && count <= 12);
-    pipes.classList.toggle("dense", count > 12);
+    if (count !== lastCount) {
+      lastCount = count;
+      fit();
+    }
   }
 
   if (data.live) onFleet(data.live, false);
