@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from functools import wraps
@@ -32,6 +31,19 @@ from fleet.accounts.access import can
 from fleet.accounts.authentication import bearer_token, user_for_api_key
 from inference import services, sse
 from inference.models import Generation
+from inference.openai_format import (
+    Job,
+    OpenAIError,
+    Options,
+    chunk,
+    common_options,
+    completion_prompt,
+    from_request_error,
+    full_body,
+    message_text,
+    openai_finish_reason,
+    sse_data,
+)
 from inference.submission import (
     ModelNotFound,
     Prepared,
@@ -49,63 +61,6 @@ IDLE_TIMEOUT_S = 120.0  # no event on a generation's stream for this long -> giv
 BLOCK_MS = 1000
 # A silent stream writes a comment this often: how a server notices that its client left.
 KEEPALIVE_S = 2.0
-CHAT_ROLES = {"system", "developer", "user", "assistant"}
-
-# Parameters we accept only at their neutral value (clients often send the defaults).
-NEUTRAL = {
-    "presence_penalty": (0, 0.0, None),
-    "frequency_penalty": (0, 0.0, None),
-    "logit_bias": (None, {}),
-    "logprobs": (None, False, 0),
-    "top_logprobs": (None, 0),
-    "echo": (None, False),
-    "best_of": (None, 1),
-    "suffix": (None, ""),
-    "tools": (None, []),
-    "functions": (None, []),
-    "tool_choice": (None, "none"),
-    "function_call": (None, "none"),
-}
-
-
-class OpenAIError(Exception):
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        type: str = "invalid_request_error",
-        param: str | None = None,
-        code: str | None = None,
-    ):
-        super().__init__(message)
-        self.status, self.message, self.type, self.param, self.code = (
-            status,
-            message,
-            type,
-            param,
-            code,
-        )
-
-    def body(self) -> dict:
-        return {
-            "error": {
-                "message": self.message,
-                "type": self.type,
-                "param": self.param,
-                "code": self.code,
-            }
-        }
-
-    def response(self) -> JsonResponse:
-        return JsonResponse(self.body(), status=self.status)
-
-
-def from_request_error(exc: RequestError) -> OpenAIError:
-    status = 404 if isinstance(exc, ModelNotFound) else 400
-    return OpenAIError(status, exc.message, param=exc.param, code=exc.code)
-
-
 # --- authentication, method and error handling: one decorator ------------------------------
 
 
@@ -237,77 +192,6 @@ async def not_found(request, path: str = ""):
 # --- request parsing --------------------------------------------------------------------------
 
 
-@dataclass
-class Options:
-    stream: bool
-    include_usage: bool
-
-
-def _common_options(body: dict) -> Options:
-    for name, neutral in NEUTRAL.items():
-        if name in body and body[name] not in neutral:
-            raise OpenAIError(400, f"'{name}' is not supported by this server.", param=name)
-    n = body.get("n", 1)
-    if n is not None and (isinstance(n, bool) or n != 1):
-        raise OpenAIError(400, "Only n=1 is supported.", param="n")
-    stream = body.get("stream", False)
-    if stream is None:
-        stream = False
-    if not isinstance(stream, bool):
-        raise OpenAIError(400, "'stream' must be a boolean.", param="stream")
-    stream_options = body.get("stream_options") or {}
-    if not isinstance(stream_options, dict):
-        raise OpenAIError(400, "'stream_options' must be an object.", param="stream_options")
-    if stream_options and not stream:
-        raise OpenAIError(
-            400, "'stream_options' is only allowed when 'stream' is true.", param="stream_options"
-        )
-    include_usage = stream_options.get("include_usage", False)
-    if not isinstance(include_usage, bool):
-        raise OpenAIError(
-            400, "'stream_options.include_usage' must be a boolean.", param="stream_options"
-        )
-    return Options(stream=stream, include_usage=include_usage)
-
-
-def _completion_prompt(body: dict) -> str | list[int]:
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
-        prompt = prompt[0]  # one prompt given as a batch of one
-    if isinstance(prompt, str):
-        return prompt
-    if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
-        return prompt
-    if isinstance(prompt, list) and len(prompt) > 1:
-        raise OpenAIError(400, "Only one prompt per request is supported.", param="prompt")
-    raise OpenAIError(400, "'prompt' must be a string or a list of token ids.", param="prompt")
-
-
-def _message_text(message, index: int) -> tuple[str, str]:
-    if not isinstance(message, dict):
-        raise OpenAIError(400, f"messages[{index}] must be an object.", param=f"messages.[{index}]")
-    role, content = message.get("role"), message.get("content")
-    if role not in CHAT_ROLES:
-        raise OpenAIError(
-            400,
-            f"messages[{index}].role must be one of {sorted(CHAT_ROLES)}.",
-            param=f"messages.[{index}].role",
-        )
-    if isinstance(content, list):  # content parts: only text ones
-        if not all(isinstance(p, dict) and p.get("type") == "text" for p in content):
-            raise OpenAIError(
-                400,
-                "Only text content parts are supported.",
-                param=f"messages.[{index}].content",
-            )
-        content = "".join(str(p.get("text", "")) for p in content)
-    if not isinstance(content, str):
-        raise OpenAIError(
-            400, f"messages[{index}].content must be a string.", param=f"messages.[{index}].content"
-        )
-    return ("system" if role == "developer" else role), content
-
-
 def _prepare(body: dict, prompt, *, default_max_tokens, max_tokens_param="max_tokens") -> Prepared:
     """Sync: the pipeline lookup (DB) and tokenization (CPU)."""
     pipeline = pipeline_named(body.get("model"))
@@ -357,44 +241,11 @@ def _cancel_quietly(generation_id) -> None:
 # --- completions ------------------------------------------------------------------------------
 
 
-@dataclass
-class Job:
-    """One submitted generation and how to render it."""
-
-    generation: Generation
-    model: str
-    chat: bool
-    options: Options
-    prompt_tokens: int
-    created: int = field(default_factory=lambda: int(time.time()))
-
-    @property
-    def id(self) -> str:
-        return ("chatcmpl-" if self.chat else "cmpl-") + self.generation.id.hex
-
-    @property
-    def object(self) -> str:
-        if self.options.stream:
-            return "chat.completion.chunk" if self.chat else "text_completion"
-        return "chat.completion" if self.chat else "text_completion"
-
-    def usage(self, completion_tokens: int) -> dict:
-        return {
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": self.prompt_tokens + completion_tokens,
-        }
-
-
-def openai_finish_reason(reason: str | None) -> str:
-    return "length" if reason == "length" else "stop"
-
-
 @endpoint("POST", "generate")
 async def completions(request, caller: Caller):
     body = caller.body
-    options = _common_options(body)
-    prompt = _completion_prompt(body)
+    options = common_options(body)
+    prompt = completion_prompt(body)
     prepared = await sync_to_async(_prepare)(
         body, prompt, default_max_tokens=COMPLETIONS_DEFAULT_MAX_TOKENS
     )
@@ -404,11 +255,11 @@ async def completions(request, caller: Caller):
 @endpoint("POST", "generate")
 async def chat_completions(request, caller: Caller):
     body = caller.body
-    options = _common_options(body)
+    options = common_options(body)
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise OpenAIError(400, "'messages' must be a non-empty list.", param="messages")
-    turns = [_message_text(m, i) for i, m in enumerate(messages)]
+    turns = [message_text(m, i) for i, m in enumerate(messages)]
 
     def render(pipeline) -> str:
         from inference.submission import tokenizer_for
@@ -480,7 +331,7 @@ async def _complete(job: Job) -> HttpResponse:
                 usage = event.get("usage") or {}
                 n = usage.get("completion_tokens", n)
                 reason = openai_finish_reason(event.get("finish_reason"))
-                return JsonResponse(_full_body(job, "".join(text), reason, n))
+                return JsonResponse(full_body(job, "".join(text), reason, n))
             elif kind in ("error", "timeout"):
                 finished = kind == "error"
                 return _error_of(event).response()
@@ -488,54 +339,6 @@ async def _complete(job: Job) -> HttpResponse:
         if not finished:  # timed out, or the client left (CancelledError)
             await asyncio.shield(sync_to_async(_cancel_quietly)(job.generation.id))
     raise AssertionError("unreachable: _events always ends with a terminal event")
-
-
-def _full_body(job: Job, text: str, reason: str, n: int) -> dict:
-    if job.chat:
-        choice = {
-            "index": 0,
-            "message": {"role": "assistant", "content": text, "refusal": None},
-            "logprobs": None,
-            "finish_reason": reason,
-        }
-    else:
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
-    return {
-        "id": job.id,
-        "object": job.object,
-        "created": job.created,
-        "model": job.model,
-        "system_fingerprint": None,
-        "choices": [choice],
-        "usage": job.usage(n),
-    }
-
-
-def _chunk(job: Job, *, text: str | None = None, role: bool = False, reason=None) -> dict:
-    if job.chat:
-        delta: dict = {}
-        if role:
-            delta["role"] = "assistant"
-        if text is not None:
-            delta["content"] = text
-        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
-    else:
-        choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": reason}
-    chunk = {
-        "id": job.id,
-        "object": job.object,
-        "created": job.created,
-        "model": job.model,
-        "system_fingerprint": None,
-        "choices": [choice],
-    }
-    if job.options.include_usage:
-        chunk["usage"] = None
-    return chunk
-
-
-def _data(payload) -> bytes:
-    return f"data: {json.dumps(payload, separators=(',', ':'))}\n\n".encode()
 
 
 async def _sse(job: Job) -> AsyncIterator[bytes]:
@@ -546,7 +349,7 @@ async def _sse(job: Job) -> AsyncIterator[bytes]:
         # Headers and a first line at once, so a client (and any proxy) sees the stream open
         # while the generation waits in the queue: a chat stream's role chunk, or an SSE
         # comment, which clients ignore.
-        yield _data(_chunk(job, text="", role=True)) if job.chat else b": started\n\n"
+        yield sse_data(chunk(job, text="", role=True)) if job.chat else b": started\n\n"
         async for event in _events(job.generation.id, keepalive_s=KEEPALIVE_S):
             kind = event.get("type")
             if kind == sse.KEEPALIVE:
@@ -554,23 +357,23 @@ async def _sse(job: Job) -> AsyncIterator[bytes]:
             elif kind == "tokens":
                 n = event.get("n", n + len(event.get("tokens", [])))
                 if event.get("text"):
-                    yield _data(_chunk(job, text=event["text"]))
+                    yield sse_data(chunk(job, text=event["text"]))
             elif kind == "done":
                 ended = True
                 n = (event.get("usage") or {}).get("completion_tokens", n)
                 reason = openai_finish_reason(event.get("finish_reason"))
-                yield _data(_chunk(job, text="" if not job.chat else None, reason=reason))
+                yield sse_data(chunk(job, text="" if not job.chat else None, reason=reason))
                 if job.options.include_usage:
-                    usage = {k: v for k, v in _chunk(job).items() if k != "choices"}
-                    yield _data(usage | {"choices": [], "usage": job.usage(n)})
+                    usage = {k: v for k, v in chunk(job).items() if k != "choices"}
+                    yield sse_data(usage | {"choices": [], "usage": job.usage(n)})
             elif kind in ("error", "timeout"):
                 ended = kind == "error"
-                yield _data(_error_of(event).body())
+                yield sse_data(_error_of(event).body())
         yield b"data: [DONE]\n\n"
     except Exception:  # headers are sent: end the stream with an error object, not a reset
         log.exception("stream of generation %s failed", job.generation.id)
         failure = OpenAIError(500, "The server failed while streaming.", type="server_error")
-        yield _data(failure.body())
+        yield sse_data(failure.body())
         yield b"data: [DONE]\n\n"
     finally:
         if not ended:  # timed out, or the client disconnected mid-stream
