@@ -42,10 +42,16 @@ PENDING_MAX = 20_000
 SNAPSHOT_FULL_S = 5.0
 LEADER_KEY = "tandem:aggregator:leader"
 LEADER_TTL_MS = 6000
-# Refresh the leader lock only while we still hold it (compare and extend, atomically).
+# Refresh the leader lock while we hold it; take it back if it lapsed (a long stall) and
+# nobody else took it; 0 only when another aggregator leads now. Atomic.
 _REFRESH_LOCK = """
-if redis.call('get', KEYS[1]) == ARGV[1] then
+local holder = redis.call('get', KEYS[1])
+if holder == ARGV[1] then
   return redis.call('pexpire', KEYS[1], ARGV[2])
+end
+if not holder then
+  redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
 end
 return 0
 """
@@ -351,14 +357,36 @@ class Aggregator:
 
     # --- the loop -------------------------------------------------------------------------------
     async def run(self, *, redis_url: str, stop: asyncio.Event, layer=None) -> None:
+        """Until `stop`: lead (or stand by), serve; survive Redis restarts."""
         import redis.asyncio as aioredis
         from channels.layers import get_channel_layer
 
         layer = layer or get_channel_layer()
         r = aioredis.from_url(redis_url)
-        if not await self._lead(r, stop):
+        background: set[asyncio.Task] = set()
+        try:
+            while not stop.is_set():
+                try:
+                    if not await self._lead(r, stop):
+                        break
+                    await self._serve(r, layer, stop, background)
+                except (ConnectionError, OSError, aioredis.RedisError) as exc:
+                    log.warning("aggregator: redis error %s; retrying in 1s", exc)
+                    await asyncio.sleep(1.0)
+        finally:
+            if background:
+                await asyncio.gather(*background, return_exceptions=True)
+            try:
+                if await r.get(LEADER_KEY) == self.leader_id.encode():
+                    await r.delete(LEADER_KEY)
+            except (ConnectionError, OSError, aioredis.RedisError):
+                pass
             await r.aclose()
-            return
+
+    async def _serve(self, r, layer, stop: asyncio.Event, background: set) -> None:
+        """The loop of the leader; returns on `stop` or when another aggregator leads."""
+        import redis.asyncio as aioredis
+
         await self._refresh_registry()
         last_id = await _stream_tail(r)
         await r.hset(LIVE_KEY, "meta", json.dumps({"ts": self.clock(), "started": self.started}))
@@ -366,7 +394,6 @@ class Aggregator:
         next_tick = self.clock() + self.tick_s
         next_registry = self.clock() + 5.0
         next_prune = self.clock() + 30.0
-        background: set[asyncio.Task] = set()
         while not stop.is_set():
             try:
                 block_ms = max(1, int((next_tick - self.clock()) * 1000))
@@ -386,8 +413,8 @@ class Aggregator:
                     next_registry = now + 5.0
                     await self._refresh_registry()
                 if not await r.eval(_REFRESH_LOCK, 1, LEADER_KEY, self.leader_id, LEADER_TTL_MS):
-                    log.warning("aggregator: lost the leader lock; another one took over")
-                    break
+                    log.warning("aggregator: another aggregator leads now; standing by")
+                    return
                 await self._tick(r, layer, now)
                 rows = self.close_buckets(now)
                 if rows:
@@ -399,11 +426,6 @@ class Aggregator:
             except (ConnectionError, OSError, aioredis.RedisError) as exc:
                 log.warning("aggregator: redis error %s; retrying in 1s", exc)
                 await asyncio.sleep(1.0)
-        if background:
-            await asyncio.gather(*background, return_exceptions=True)
-        if await r.get(LEADER_KEY) == self.leader_id.encode():
-            await r.delete(LEADER_KEY)
-        await r.aclose()
 
     async def _lead(self, r, stop: asyncio.Event) -> bool:
         """One aggregator per fleet: take the leader lock, or wait as a standby until the

@@ -193,3 +193,34 @@ async def test_a_second_aggregator_stands_by_until_the_leader_stops():
     stop2.set()
     await asyncio.wait_for(t2, timeout=5)
     await r.aclose()
+
+
+async def test_the_leader_takes_a_lapsed_lock_back_and_yields_to_a_new_holder():
+    import asyncio
+
+    agg = Aggregator(tick_s=0.1)
+    stop = asyncio.Event()
+    task = asyncio.create_task(agg.run(redis_url=settings.REDIS_URL, stop=stop))
+    r = aioredis.from_url(settings.REDIS_URL)
+    key, mine = "tandem:aggregator:leader", agg.leader_id.encode()
+
+    async def holder_becomes(value, timeout=5.0):
+        for _ in range(int(timeout * 10)):
+            if await r.get(key) == value:
+                return True
+            await asyncio.sleep(0.1)
+        return False
+
+    try:
+        assert await holder_becomes(mine)
+        await r.delete(key)  # a stall let it lapse: nobody else wants it, so it is taken back
+        assert await holder_becomes(mine)
+        await r.set(key, "someone-else", px=60_000)  # another aggregator leads: stand by
+        await asyncio.sleep(0.5)
+        assert await r.get(key) == b"someone-else" and not task.done()
+        await r.delete(key)
+        assert await holder_becomes(mine)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, timeout=5)
+        await r.aclose()
