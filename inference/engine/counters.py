@@ -54,7 +54,8 @@ class SpecCounters:
 
     @property
     def acceptance_rate_per_pos(self) -> list[float]:
-        return [a / d if d else 0.0 for a, d in zip(self.num_accepted_tokens_per_pos, self.num_draft_tokens_per_pos, strict=False)]  # fmt: skip
+        acc = self.num_accepted_tokens_per_pos
+        return [(acc[i] if i < len(acc) else 0) / d if d else 0.0 for i, d in enumerate(self.num_draft_tokens_per_pos)]  # fmt: skip
 
     def merge(self, other: SpecCounters) -> SpecCounters:
         """Add ``other`` into self (returns self)."""

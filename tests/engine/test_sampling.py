@@ -54,6 +54,9 @@ def test_counters_merge_and_dict():
     assert a.num_draft_tokens_per_pos == [2, 2, 2, 1]
     assert a.num_emitted_tokens == 9 and a.verify_batch_sizes == {4: 2}
     assert a.mean_acceptance_length == 4.0 and abs(a.acceptance_rate - 6 / 7) < 1e-9
+    assert a.acceptance_rate_per_pos == [1.0, 1.0, 0.5, 1.0]
+    b.record_round(2, 0, 1)
+    assert b.acceptance_rate_per_pos == [0.5, 0.5, 1.0, 1.0]
     d = a.to_dict()
     assert d["verify_batch_sizes"] == {"4": 2} and d["verify_time_s"] == 0.75
     assert SpecCounters.from_dict(d).to_dict() == d
