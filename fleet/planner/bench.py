@@ -22,7 +22,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fleet.planner.model import Curve, PipelineModel, fit_linear, fit_linear2, predict_run
+from fleet.planner.model import (
+    Curve,
+    PipelineModel,
+    fit_linear,
+    fit_linear2,
+    predict_run,
+    predict_run_trace,
+)
 
 BATCHES = (1, 4, 16)
 KS = tuple(range(7))
@@ -34,6 +41,8 @@ class Timings:
     draft: list[tuple[int, int, float]] = field(default_factory=list)  # (batch, k, s)
     verify: list[tuple[int, int, float]] = field(default_factory=list)  # (batch, tokens, s)
     accepted: list[tuple[int, int]] = field(default_factory=list)  # (draft len, n accepted)
+    # greedy acceptance traces per prompt (see greedy_traces), when measured
+    traces: list[list[bool]] = field(default_factory=list)
 
     def clear(self) -> None:
         for name in ("prefill", "draft", "verify", "accepted"):
@@ -52,6 +61,7 @@ class RunResult:
     rounds: int
     mean_batch: float
     timings: Timings = field(default_factory=Timings, repr=False)
+    outputs: list[list[int]] = field(default_factory=list, repr=False)
 
     @property
     def mean_tokens(self) -> float:
@@ -200,12 +210,38 @@ def run_sweep(
                                 for n in ("prefill", "draft", "verify", "accepted")
                             )
                         ),
+                        outputs=[list(o.token_ids) for o in outs],
                     )
                 )
                 all_t.accepted.extend(timings.accepted)
             done = ", ".join(f"k={r.k} {r.goodput:.0f}" for r in results[-len(ks) :])
             log(f"  rep {rep + 1}/{reps} batch {b}: {done} tok/s")
+    plain = [r for r in results if r.k == 0 and r.batch == max(batches)]
+    if plain and draft is not None:
+        all_t.traces = greedy_traces(draft_model_of(draft), prompts, plain[0].outputs)
     return results, all_t
+
+
+def draft_model_of(draft):
+    return getattr(draft.drafter, "model", None)
+
+
+def greedy_traces(model, prompts: list[list[int]], outputs: list[list[int]]) -> list[list[bool]]:
+    """For each prompt: does the draft model's greedy token at output position j, given the
+    prompt and the target's output before j, equal the target's token j? (Teacher forcing:
+    exactly what greedy speculative decoding checks, whatever k is.)"""
+    import torch
+
+    if model is None:
+        return []
+    traces = []
+    with torch.no_grad():
+        for prompt, out in zip(prompts, outputs, strict=False):
+            seq = torch.tensor([prompt + out])
+            pred = model(seq)[0].argmax(-1).tolist()
+            p = len(prompt)
+            traces.append([pred[p + j - 1] == out[j] for j in range(len(out))])
+    return traces
 
 
 def per_position_acceptance(accepted: list[tuple[int, int]], k_max: int) -> list[float]:
@@ -293,19 +329,35 @@ def compare(
     new_tokens: int,
     batches=BATCHES,
     ks=KS,
+    traces: list[list[bool]] | None = None,
 ) -> dict:
+    """Measured vs predicted goodput. Acceptance input: the greedy traces when given (exact
+    for greedy decoding), else the per-position rates of each workload; the per-position
+    prediction is reported beside the trace one either way."""
     measured = {(r.batch, r.k): r.goodput for r in best_runs(results)}
-    rows, errors, ratios = [], [], []
+    rows, errors, ratios, pp_errors, rounds_checked = [], [], [], [], []
+    use_traces = bool(traces) and len(traces) >= max(batches)
     for b in batches:
         # acceptance of this workload (these b prompts), measured over its runs of every k
         accepted = [a for r in results if r.batch == b for a in r.timings.accepted]
         mb = m.with_(per_position=tuple(per_position_acceptance(accepted, max(max(ks), 1))))
-        preds = {
+        per_pos = {
             k: predict_run(mb, k=k, batch=b, new_tokens=new_tokens, prefill_s=prefill(b))[
                 "goodput_tps"
             ]
             for k in ks
         }
+        if use_traces:
+            runs = {
+                k: predict_run_trace(mb, k=k, traces=traces[:b], prefill_s=prefill(b)) for k in ks
+            }
+            preds = {k: r["goodput_tps"] for k, r in runs.items()}
+            rounds_checked += [
+                r.rounds == runs[r.k]["rounds"] for r in results if r.batch == b and r.k in runs
+            ]
+        else:
+            preds = per_pos
+        pp_errors += [abs(per_pos[k] - measured[(b, k)]) / measured[(b, k)] for k in ks]
         chosen = max(preds, key=lambda k: (preds[k], -k))
         best = max(ks, key=lambda k: measured[(b, k)])
         ratios.append(measured[(b, chosen)] / measured[(b, best)])
@@ -318,6 +370,7 @@ def compare(
                     "k": k,
                     "measured_tps": round(measured[(b, k)], 2),
                     "predicted_tps": round(preds[k], 2),
+                    "predicted_tps_per_position": round(per_pos[k], 2),
                     "error": round(err, 4),
                     "chosen": k == chosen,
                     "best": k == best,
@@ -325,7 +378,13 @@ def compare(
             )
     return {
         "rows": rows,
+        "acceptance_input": "greedy trace" if use_traces else "per-position rates",
+        # sanity check of the trace: runs whose verify rounds it reproduces exactly
+        "trace_rounds_exact": f"{sum(rounds_checked)}/{len(rounds_checked)}"
+        if rounds_checked
+        else None,
         "max_prediction_error": round(max(errors), 4),
+        "max_prediction_error_per_position": round(max(pp_errors), 4),
         "mean_prediction_error": round(statistics.fmean(errors), 4),
         "chosen_vs_best_goodput": round(min(ratios), 4),
         "chosen_k": {
@@ -345,6 +404,14 @@ def format_rows(report: dict) -> str:
             f"{r['batch']:>5} {r['k']:>2} {r['measured_tps']:>15.1f} {r['predicted_tps']:>16.1f} {r['error']:>6.1%}{mark}"
         )
     lines.append(
+        f"acceptance input: {report['acceptance_input']}"
+        + (
+            f", reproducing {report['trace_rounds_exact']} runs' rounds exactly"
+            if report.get("trace_rounds_exact")
+            else ""
+        )
+        + f" (per-position rates instead: max "
+        f"error {report['max_prediction_error_per_position']:.1%})\n"
         f"max prediction error {report['max_prediction_error']:.1%} (target <= 15%), "
         f"mean {report['mean_prediction_error']:.1%}; planner's k vs best k: "
         f"{report['chosen_vs_best_goodput']:.1%} of the best goodput (target >= 95%)"

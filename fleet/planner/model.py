@@ -521,3 +521,41 @@ def predict_run(
         "wall_s": wall,
         "goodput_tps": batch * new_tokens / wall if wall else 0.0,
     }
+
+
+def predict_run_trace(
+    m: PipelineModel, *, k: int, traces: Sequence[Sequence[bool]], prefill_s: float = 0.0
+) -> dict:
+    """`predict_run` for greedy decoding with a measured acceptance *trace* per sequence:
+    `traces[s][j]` says whether the drafter's greedy token at output position j (given the
+    true prefix) equals the target's. Greedy output does not depend on k, so the trace
+    decides exactly which drafts are accepted for every k: the rounds, and the live batch and
+    tokens scored in each, follow without sampling; step times come from the curves."""
+    n_new = [len(t) for t in traces]
+    pos = [1] * len(traces)  # token 0 comes from prefill
+    kk = k if (k > 0 and m.drafter_kind != "none") else 0
+    t = prefill_s
+    rounds = 0
+    while True:
+        live = [i for i in range(len(traces)) if pos[i] < n_new[i]]
+        if not live:
+            break
+        rounds += 1
+        b = len(live)
+        caps = {i: min(kk, n_new[i] - pos[i] - 1) for i in live}
+        scored = sum(caps[i] + 1 for i in live)
+        over = m.overhead_curve(scored, b) if m.overhead_curve is not None else 0.0
+        t += (kk * m.t_draft(b) if kk else 0.0) + m.t_verify(b, scored) + m.hop_s + over
+        for i in live:
+            a = 0
+            while a < caps[i] and traces[i][pos[i] + a]:
+                a += 1
+            pos[i] += a + 1
+    tokens = sum(n_new)
+    return {
+        "k": k,
+        "batch": len(traces),
+        "rounds": rounds,
+        "wall_s": t,
+        "goodput_tps": tokens / t if t else 0.0,
+    }

@@ -106,3 +106,25 @@ def test_bench_planner_command_on_the_tiny_pair(tmp_path, settings, capsys):
     assert {"max_prediction_error", "chosen_vs_best_goodput"} <= set(report)
     assert len(report["rows"]) == 2 * 3 and 0 < report["chosen_vs_best_goodput"] <= 1
     assert "measured tok/s" in capsys.readouterr().out
+
+
+def test_predict_run_trace_is_exact_for_greedy():
+    from fleet.planner.model import predict_run_trace
+
+    m = PipelineModel(
+        alpha=None,
+        verify_curve=Curve(0.01, 0.0),
+        draft_curve=Curve(0.001, 0.0),
+        n_verifiers=1,
+        n_drafters=1,
+    )
+    # 7 tokens: token 0 from prefill; drafts at positions 1..6 agree except position 3
+    trace = [True, True, True, False, True, True, True]
+    r = predict_run_trace(m, k=2, traces=[trace], prefill_s=0.0)
+    # round 1: drafts for 1,2 both accepted (+ bonus 3) -> pos 4; round 2: 4,5 accepted + 6 -> done
+    assert r["rounds"] == 2 and r["wall_s"] == pytest.approx(2 * (2 * 0.001 + 0.01))
+    r0 = predict_run_trace(m, k=0, traces=[trace], prefill_s=0.0)
+    assert r0["rounds"] == 6
+    r3 = predict_run_trace(m, k=3, traces=[trace], prefill_s=0.0)
+    # round 1: 1,2 accepted, 3 rejected -> correction at 3 -> pos 4; round 2: 4,5 (cap 2) + bonus
+    assert r3["rounds"] == 2

@@ -116,7 +116,13 @@ class Command(BaseCommand):
         )
         m, prefill, fits = bench.fit_model(results, timings, max(k_max, 1))
         report = bench.compare(
-            results, m, prefill, new_tokens=new_tokens, batches=batch_sizes, ks=ks
+            results,
+            m,
+            prefill,
+            new_tokens=new_tokens,
+            batches=batch_sizes,
+            ks=ks,
+            traces=timings.traces,
         )
         report.update(
             {
