@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from functools import wraps
 
 from asgiref.sync import sync_to_async
+from django.core.exceptions import RequestDataTooBig
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
@@ -143,7 +144,11 @@ def endpoint(method: str, action: str):
 
 def _json_body(request: HttpRequest) -> dict:
     try:
-        body = json.loads(request.body or b"null")
+        raw = request.body
+    except RequestDataTooBig as exc:
+        raise OpenAIError(413, "The request body is too large.") from exc
+    try:
+        body = json.loads(raw or b"null")
     except (ValueError, UnicodeDecodeError) as exc:
         raise OpenAIError(400, f"The request body is not valid JSON: {exc}") from exc
     if not isinstance(body, dict):

@@ -34,6 +34,7 @@ NEUTRAL = {
     "functions": (None, []),
     "tool_choice": (None, "none"),
     "function_call": (None, "none"),
+    "response_format": (None, {"type": "text"}),
 }
 
 

@@ -146,6 +146,7 @@ def test_completions_validation(serving, as_persona, overrides, status, param, c
         ({"messages": [{"role": "user", "content": "x" * CONTEXT}]}, "messages"),
         ({"max_completion_tokens": CONTEXT}, "max_completion_tokens"),
         ({"tools": [{"type": "function"}]}, "tools"),
+        ({"response_format": {"type": "json_object"}}, "response_format"),
     ],
 )
 def test_chat_validation(serving, as_persona, overrides, param):
@@ -155,8 +156,10 @@ def test_chat_validation(serving, as_persona, overrides, param):
     )
 
 
-def test_bad_json_body(serving, as_persona):
+def test_bad_json_body(serving, as_persona, settings):
     client = as_persona("operator")
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    assert_openai_error(post(client, "/v1/completions", GOOD | {"prompt": "x" * 2000}), 413)
     response = client.post("/v1/completions", "{not json", content_type="application/json")
     assert_openai_error(response, 400)
     assert_openai_error(post(client, "/v1/completions", [1, 2]), 400)
