@@ -89,7 +89,9 @@ class Aggregator:
         self.long_start = math.floor(self.started / ROLLUP_LONG_S) * ROLLUP_LONG_S
         self.messages_sent = 0
         self._written_fields: set[str] = set()
-        self._last_full_snapshot = 0.0
+        self._snapshot_cursor = 0
+        self.tick_work_s = 0.0
+        self.tick_work_max_s = 0.0
         self.leader_id = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
     # --- ingest -------------------------------------------------------------------------------
@@ -188,12 +190,12 @@ class Aggregator:
 
     def build(self, now: float) -> dict:
         """Everything one tick sends and stores: {"fleet", "wall", "pipelines": {id: msg},
-        "nodes": {id: msg}, "snapshot": {field: json to write}, "fields": {every live field}}.
+        "node_rows": {id: row}, "snapshot": {field: json to write}, "fields": {every field}}.
 
         Costs O(nodes + pipelines): a node's figures are re-derived only when its window
         changed, pipelines sum their nodes' per-second rates, the fleet sums the pipelines.
-        Node snapshot fields are rewritten when they changed, and all of them every
-        SNAPSHOT_FULL_S (so ages stay right for first renders)."""
+        Node snapshot fields are rewritten when they changed, and each at least every
+        SNAPSHOT_FULL_S in a rotating slice (so ages stay right for first renders)."""
         self.expire(now)
         reg = self.registry
         unplaced = Acc()
@@ -276,6 +278,9 @@ class Aggregator:
                     "samples": self.samples_ok,
                     "dropped": dict(self.dropped),
                     "tick_s": self.tick_s,
+                    # how long the previous ticks took to build and send (s): last, max
+                    "tick_work_s": round(self.tick_work_s, 4),
+                    "tick_work_max_s": round(self.tick_work_max_s, 4),
                 }
             ),
         }
@@ -283,12 +288,16 @@ class Aggregator:
         for pid, msg in pipeline_msgs.items():
             snapshot[f"p:{pid}"] = json.dumps(msg)
             fields.add(f"p:{pid}")
-        full = now - self._last_full_snapshot >= SNAPSHOT_FULL_S
-        if full:
-            self._last_full_snapshot = now
-        for nid in node_rows:
+        # Besides the changed nodes, rewrite a rotating slice, so every node's field is at
+        # most SNAPSHOT_FULL_S old without a spike of work every SNAPSHOT_FULL_S.
+        order = list(node_rows)
+        per_tick = -(-len(order) // max(1, round(SNAPSHOT_FULL_S / max(self.tick_s, 0.05))))
+        start = self._snapshot_cursor % len(order) if order else 0
+        refresh = set(order[start : start + per_tick])
+        self._snapshot_cursor = start + per_tick
+        for nid in order:
             fields.add(f"n:{nid}")
-            if full or nid in changed:
+            if nid in changed or nid in refresh:
                 snapshot[f"n:{nid}"] = json.dumps(self.node_message(nid, node_rows, now, True))
         return {
             "fleet": fleet,
@@ -394,6 +403,7 @@ class Aggregator:
         next_tick = self.clock() + self.tick_s
         next_registry = self.clock() + 5.0
         next_prune = self.clock() + 30.0
+        refreshing: asyncio.Future | None = None
         while not stop.is_set():
             try:
                 block_ms = max(1, int((next_tick - self.clock()) * 1000))
@@ -409,9 +419,13 @@ class Aggregator:
                 next_tick += self.tick_s
                 if next_tick < now:
                     next_tick = now + self.tick_s
-                if now >= next_registry or (self.has_unknown and now >= next_registry - 3.0):
+                if refreshing is not None and refreshing.done():
+                    self._apply_registry(refreshing)
+                    refreshing = None
+                due = now >= next_registry or (self.has_unknown and now >= next_registry - 3.0)
+                if due and refreshing is None:  # in a thread: a slow DB never stalls a tick
                     next_registry = now + 5.0
-                    await self._refresh_registry()
+                    refreshing = asyncio.ensure_future(sync_to_async(_load_registry_fresh)())
                 if not await r.eval(_REFRESH_LOCK, 1, LEADER_KEY, self.leader_id, LEADER_TTL_MS):
                     log.warning("aggregator: another aggregator leads now; standing by")
                     return
@@ -444,6 +458,12 @@ class Aggregator:
                 pass
         return False
 
+    def _apply_registry(self, done: asyncio.Future) -> None:
+        try:
+            self.set_registry(done.result())
+        except Exception:  # database away for a moment: keep serving what we know
+            log.exception("aggregator: registry refresh failed; keeping the previous one")
+
     async def _refresh_registry(self) -> None:
         try:
             registry = await sync_to_async(_load_registry_fresh)()
@@ -453,6 +473,14 @@ class Aggregator:
         self.set_registry(registry)
 
     async def _tick(self, r, layer, now: float) -> None:
+        started = time.perf_counter()
+        try:
+            await self._tick_work(r, layer, now)
+        finally:
+            self.tick_work_s = time.perf_counter() - started
+            self.tick_work_max_s = max(self.tick_work_max_s, self.tick_work_s)
+
+    async def _tick_work(self, r, layer, now: float) -> None:
         built = self.build(now)
         interested = {
             g.decode() if isinstance(g, bytes) else g

@@ -188,6 +188,15 @@ class SnapshotCollector:
         if meta.get("ts"):
             up.add_metric([], meta["ts"])
         yield up
+        work = GaugeMetricFamily(
+            P + "aggregator_tick_work_seconds",
+            "Time the aggregator's last tick took to build and send (max: since it started).",
+            labels=["stat"],
+        )
+        for stat, key in (("last", "tick_work_s"), ("max", "tick_work_max_s")):
+            if meta.get(key) is not None:
+                work.add_metric([stat], meta[key])
+        yield work
 
 
 def render_metrics(snapshot: dict[str, dict] | None = None) -> bytes:

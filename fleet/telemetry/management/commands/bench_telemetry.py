@@ -132,6 +132,7 @@ class Command(BaseCommand):
             **result,
             "aggregator_samples": meta.get("samples"),
             "aggregator_dropped": meta.get("dropped", {}),
+            "aggregator_tick_work_max_s": meta.get("tick_work_max_s"),
             "cpu_percent": cpu,
             "cpus": os.cpu_count(),
         }
