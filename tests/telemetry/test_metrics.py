@@ -78,6 +78,7 @@ def test_metrics_names_and_values(live, monkeypatch):
     assert _one(s, "tandem:fleet_power_watts", source="mixed") == 400
     assert _one(s, "tandem:pipeline_acceptance_rate", pipeline="chat") == pytest.approx(0.6)
     assert _one(s, "tandem:telemetry_samples_total") == 6
+    assert _one(s, "tandem:aggregator_tick_work_seconds", stat="max") >= 0
 
 
 def test_metrics_access(live, monkeypatch, viewer, outsider):
