@@ -16,10 +16,8 @@ import logging
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from fleet.accounts.errors import Conflict
-from fleet.nodes.choices import NodeState, ProfileKind
+from fleet.nodes.choices import NodeState
 from fleet.nodes.models import IllegalTransition, Node
-from fleet.pipelines import compat
 from fleet.pipelines.models import (
     CONFIG_FIELDS,
     AuditEvent,
@@ -27,32 +25,25 @@ from fleet.pipelines.models import (
     Pipeline,
     PipelineRevision,
     Placement,
-    PlacementRole,
 )
-from fleet.pipelines.policy import PolicyError, validate_policy
+from fleet.pipelines.rules import (  # noqa: F401  (StaleVersion, ActionRefused: re-exported)
+    ActionRefused,
+    StaleVersion,
+    allowed_roles,
+    check_keeps_healthy,
+    check_placeable,
+    check_power,
+    healthy_counts,
+    is_healthy,
+    placed_power_w,
+    validate_config,
+)
 
 logger = logging.getLogger(__name__)
 
 PLANNER = "planner"
 # Fields `pipeline_update` accepts (CONFIG_FIELDS plus the descriptive ones).
 EDITABLE_FIELDS = frozenset(CONFIG_FIELDS) | {"description"}
-
-
-class StaleVersion(Conflict):
-    default_code = "stale_version"
-
-    def __init__(self, pipeline: Pipeline, expected: int):
-        super().__init__(
-            f"Pipeline {pipeline.name!r} is at version {pipeline.version}, not {expected}: it "
-            "changed since you read it. Reload and try again."
-        )
-        self.current, self.expected = pipeline.version, expected
-
-
-class ActionRefused(Conflict):
-    """The action would leave the pipeline in a state the rules forbid (409)."""
-
-    default_code = "refused"
 
 
 # --- push to workers ---------------------------------------------------------------------------
@@ -145,131 +136,6 @@ def _changed(before: dict, after: dict) -> tuple[dict, dict]:
     return {k: before.get(k) for k in keys}, {k: after.get(k) for k in keys}
 
 
-def is_healthy(node: Node) -> bool:
-    return node.state == NodeState.ONLINE and not node.is_lost()
-
-
-def healthy_counts(pipeline: Pipeline, *, exclude_node: int | None = None) -> dict[str, int]:
-    counts = {PlacementRole.DRAFT: 0, PlacementRole.VERIFY: 0}
-    qs = Placement.objects.filter(pipeline=pipeline).select_related("node")
-    for p in qs:
-        if p.node_id != exclude_node and is_healthy(p.node):
-            counts[p.role] += 1
-    return counts
-
-
-def _needs_drafter(pipeline: Pipeline) -> bool:
-    return pipeline.drafter_kind == DrafterKind.MODEL
-
-
-def _check_keeps_healthy(pipeline: Pipeline, *, leaving: Node, force: bool) -> None:
-    """Refuse (409) if `leaving` is the last healthy node of its role in `pipeline`."""
-    if force:
-        return
-    placement = Placement.objects.filter(pipeline=pipeline, node=leaving).first()
-    if placement is None or not is_healthy(leaving):
-        return
-    if placement.role == PlacementRole.DRAFT and not _needs_drafter(pipeline):
-        return
-    left = healthy_counts(pipeline, exclude_node=leaving.pk)[placement.role]
-    if left == 0:
-        raise ActionRefused(
-            f"{leaving.name} is the last healthy {placement.get_role_display()} of pipeline "
-            f"{pipeline.name!r}; pass force to do it anyway."
-        )
-
-
-def placed_power_w(
-    pipeline: Pipeline, *, extra: Node | None = None, without: int | None = None
-) -> float:
-    qs = Placement.objects.filter(pipeline=pipeline).exclude(node__state=NodeState.RETIRED)
-    if without is not None:
-        qs = qs.exclude(node_id=without)
-    total = sum(p.node.profile.tdp_w for p in qs.select_related("node__profile"))
-    if extra is not None:
-        total += extra.profile.tdp_w
-    return float(total)
-
-
-def _check_power(pipeline: Pipeline, total_w: float) -> None:
-    if pipeline.power_budget_w is not None and total_w > pipeline.power_budget_w + 1e-9:
-        raise ValidationError(
-            {
-                "power_budget_w": f"placed nodes would draw up to {total_w:.0f} W (sum of TDP), "
-                f"over the pipeline's budget of {pipeline.power_budget_w:.0f} W"
-            }
-        )
-
-
-def allowed_roles(node: Node) -> set[str]:
-    """Roles a node may take: those it registered with, limited by its hardware (an SRAM
-    accelerator holds a small draft model, never the target)."""
-    roles = set(node.roles or [])
-    if node.profile.kind == ProfileKind.SRAM_ACCELERATOR:
-        roles &= {PlacementRole.DRAFT}
-    return roles
-
-
-def _check_placeable(node: Node, role: str, *, force: bool) -> None:
-    if role not in PlacementRole.values:
-        raise ValidationError({"role": f"role must be one of {', '.join(PlacementRole.values)}"})
-    if role not in allowed_roles(node):
-        raise ValidationError(
-            {
-                "role": f"{node.name} ({node.profile}) cannot be a {role} node; it allows "
-                f"{', '.join(sorted(allowed_roles(node))) or 'no role'}"
-            }
-        )
-    if node.state == NodeState.RETIRED:
-        raise ValidationError({"node": f"{node.name} is retired"})
-    if not force and (node.state == NodeState.LOST or node.is_lost()):
-        raise ActionRefused(f"{node.name} is lost; pass force to place it anyway.")
-
-
-def validate_config(config: dict, *, current: Pipeline | None = None) -> dict:
-    """Normalize and check configuration fields; raises ValidationError with field errors."""
-    errors: dict[str, str] = {}
-    out = dict(config)
-    if "k_policy" in out:
-        try:
-            out["k_policy"] = validate_policy(out["k_policy"])
-        except PolicyError as exc:
-            errors["k_policy"] = f"{exc.field}: {exc}"
-    if "auto_bounds" in out:
-        bounds = out["auto_bounds"]
-        if not isinstance(bounds, dict):
-            errors["auto_bounds"] = "auto_bounds must be an object"
-        else:
-            for key in ("k_min", "k_max", "min_interval_s", "max_verify_batch"):
-                v = bounds.get(key)
-                if v is not None and (
-                    isinstance(v, bool) or not isinstance(v, int | float) or v < 0
-                ):
-                    errors["auto_bounds"] = f"{key} must be a non-negative number"
-            if not errors.get("auto_bounds") and bounds.get("k_min", 0) > bounds.get("k_max", 16):
-                errors["auto_bounds"] = "k_min must not exceed k_max"
-    for field in ("slo_itl_p99_ms", "slo_ttft_p99_ms", "power_budget_w"):
-        v = out.get(field)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or v <= 0):
-            errors[field] = "must be a positive number or null"
-    kind = out.get("drafter_kind", current.drafter_kind if current else DrafterKind.MODEL)
-    draft = out.get("draft_model", current.draft_model if current else "")
-    target = out.get("target_model", current.target_model if current else "")
-    if kind not in DrafterKind.values:
-        errors["drafter_kind"] = f"must be one of {', '.join(DrafterKind.values)}"
-    elif kind == DrafterKind.MODEL and not draft:
-        errors["draft_model"] = "a draft model is required when the drafter kind is 'model'"
-    if "target_model" in out and not target:
-        errors["target_model"] = "required"
-    if errors:
-        raise ValidationError(errors)
-    if kind == DrafterKind.MODEL and ({"draft_model", "target_model", "drafter_kind"} & out.keys()):
-        result = compat.check_pair(target, draft)
-        if not result.ok:
-            raise ValidationError({"draft_model": result.reason})
-    return out
-
-
 # --- pipelines -----------------------------------------------------------------------------
 
 
@@ -314,7 +180,7 @@ def pipeline_update(
         pipeline.draft_model = changes.get("draft_model", "")
     pipeline.full_clean(exclude=["name"])
     if "power_budget_w" in changes:
-        _check_power(pipeline, placed_power_w(pipeline))
+        check_power(pipeline, placed_power_w(pipeline))
     after = pipeline.config() | {"description": pipeline.description}
     b, a = _changed(before, after)
     if not a:
@@ -407,7 +273,7 @@ def pipeline_rollback(
     restored = {k: revision.config[k] for k in CONFIG_FIELDS if k in revision.config}
     for key, value in restored.items():
         setattr(pipeline, key, value)
-    _check_power(pipeline, placed_power_w(pipeline))
+    check_power(pipeline, placed_power_w(pipeline))
     b, a = _changed(before, pipeline.config())
     _bump(pipeline, list(restored))
     _audit(
@@ -441,7 +307,7 @@ def node_place(
     pipeline = _locked(pipeline_id)
     _check_version(pipeline, expected_version)
     node = _locked_node(node_id)
-    _check_placeable(node, role, force=force)
+    check_placeable(node, role, force=force)
     existing = Placement.objects.filter(node=node).select_related("pipeline").first()
     if existing and existing.pipeline_id != pipeline.pk:
         raise ActionRefused(
@@ -450,13 +316,13 @@ def node_place(
     if existing and existing.role == role:
         raise ActionRefused(f"{node.name} is already a {role} node of {pipeline.name!r}.")
     if existing:  # role change inside the pipeline: it leaves its old role
-        _check_keeps_healthy(pipeline, leaving=node, force=force)
+        check_keeps_healthy(pipeline, leaving=node, force=force)
         before = {"role": existing.role}
         existing.role = role
         existing.save(update_fields=["role"])
         placement = existing
     else:
-        _check_power(pipeline, placed_power_w(pipeline, extra=node))
+        check_power(pipeline, placed_power_w(pipeline, extra=node))
         before = {}
         placement = Placement.objects.create(pipeline=pipeline, node=node, role=role)
     _bump(pipeline)
@@ -498,9 +364,9 @@ def node_move(
     source, dest = locked[current.pipeline_id], locked[to_pipeline_id]
     _check_version(dest, expected_version)
     role = role or current.role
-    _check_placeable(node, role, force=force)
-    _check_keeps_healthy(source, leaving=node, force=force)
-    _check_power(dest, placed_power_w(dest, extra=node))
+    check_placeable(node, role, force=force)
+    check_keeps_healthy(source, leaving=node, force=force)
+    check_power(dest, placed_power_w(dest, extra=node))
     old_role = current.role
     current.delete()
     placement = Placement.objects.create(pipeline=dest, node=node, role=role)
@@ -530,7 +396,7 @@ def node_unplace(
         raise ValidationError({"node": f"{node.name} serves no pipeline"})
     pipeline = _locked(current.pipeline_id)
     _check_version(pipeline, expected_version)
-    _check_keeps_healthy(pipeline, leaving=node, force=force)
+    check_keeps_healthy(pipeline, leaving=node, force=force)
     role = current.role
     current.delete()
     _bump(pipeline)
@@ -555,7 +421,7 @@ def _node_state_action(*, node_id, actor, to: str, action: str, expected_version
     if pipeline is not None:
         _check_version(pipeline, expected_version)
         if to == NodeState.DRAINING:
-            _check_keeps_healthy(pipeline, leaving=node, force=force)
+            check_keeps_healthy(pipeline, leaving=node, force=force)
     before = {"state": node.state}
     user, _ = _actor(actor)
     try:

@@ -22,14 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fleet.planner.model import (
-    Curve,
-    PipelineModel,
-    fit_linear,
-    fit_linear2,
-    predict_run,
-    predict_run_trace,
-)
+from fleet.planner.model import Curve, PipelineModel, fit_linear, fit_linear2
+from fleet.planner.runs import predict_run, predict_run_trace
 
 BATCHES = (1, 4, 16)
 KS = tuple(range(7))

@@ -26,7 +26,6 @@ Every figure this module produces is *modeled*.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -267,17 +266,6 @@ def mixed_step_s(mix, model: ModelSpec, total: float) -> float:
     return hi
 
 
-def roofline_curve(
-    hw: Hardware, model: ModelSpec, *, tokens_per_seq: float = 1.0, max_n: int = 256
-) -> Curve:
-    """A linear curve through the roofline over batch sizes 1..max_n (for display/fit)."""
-    pts = [
-        (n, roofline_step_s(hw, model, batch=n / tokens_per_seq, tokens=n))
-        for n in (1, 4, 16, 64, max_n)
-    ]
-    return fit_linear(pts, source="roofline")
-
-
 # --- the pipeline model ----------------------------------------------------------------------
 
 
@@ -443,119 +431,3 @@ def cost_per_million_tokens(goodput_tps: float, usd_per_hour_total: float | None
 def speedup(alpha: float, k: int, c: float) -> float:
     """Ideal speedup over plain decoding: S = E / (k*c + 1)."""
     return expected_tokens(k, alpha) / (k * c + 1)
-
-
-def best_k(
-    m: PipelineModel, *, batch: int, k_max: int = 8, k_min: int = 0, itl_slo_s: float | None = None
-) -> Prediction:
-    """The k in [k_min, k_max] with the highest predicted goodput (within the ITL SLO when
-    one is given and any k meets it)."""
-    preds = [predict(m, k=k, batch=batch) for k in range(k_min, k_max + 1)]
-    ok = [p for p in preds if itl_slo_s is None or p.itl_s <= itl_slo_s] or preds
-    return max(ok, key=lambda p: (round(p.goodput_tps, 9), -p.k))
-
-
-def is_finite(x: float) -> bool:
-    return isinstance(x, int | float) and math.isfinite(x)
-
-
-def conditional_acceptance(per_position: Sequence[float]) -> list[float]:
-    """P(position i accepted | all before it accepted), from cumulative per-position rates."""
-    out, prev = [], 1.0
-    for p in per_position:
-        out.append(min(float(p) / prev, 1.0) if prev > 0 else 0.0)
-        prev = float(p)
-    return out
-
-
-def predict_run(
-    m: PipelineModel,
-    *,
-    k: int,
-    batch: int,
-    new_tokens: int,
-    prefill_s: float = 0.0,
-    trials: int = 200,
-    seed: int = 0,
-) -> dict:
-    """Wall time and goodput of ONE batch of `batch` sequences generating `new_tokens` each
-    in lockstep (a verifier's batch from admission to the last sequence's end): the first
-    token comes from prefill, then rounds until every sequence has its tokens; sequences that
-    finish leave the batch, so late rounds run smaller. Acceptance per position is drawn
-    from the model's per-position rates (Monte Carlo, `trials` runs, seeded); step times
-    come from the model's curves at each round's live batch size."""
-    import random
-
-    rng = random.Random(seed)
-    cond = (
-        conditional_acceptance(m.per_position) if m.per_position else [m.alpha or 0.0] * max(k, 1)
-    )
-    while len(cond) < k:
-        cond.append(cond[-1] if cond else 0.0)
-    total_time = 0.0
-    for _ in range(trials):
-        remaining = [new_tokens - 1] * batch
-        t = prefill_s
-        while True:
-            live = [i for i, r in enumerate(remaining) if r > 0]
-            if not live:
-                break
-            b = len(live)
-            kk = k if (k > 0 and m.drafter_kind != "none") else 0
-            t_d = m.t_draft(b) if kk else 0.0
-            scored = sum(min(kk, remaining[i] - 1) + 1 for i in live)
-            t_v = m.t_verify(b, scored)
-            over = m.overhead_curve(scored, b) if m.overhead_curve is not None else 0.0
-            t += kk * t_d + t_v + m.hop_s + over
-            for i in live:
-                cap = min(kk, remaining[i] - 1)
-                a = 0
-                while a < cap and rng.random() < cond[a]:
-                    a += 1
-                remaining[i] -= a + 1
-        total_time += t
-    wall = total_time / trials
-    return {
-        "k": k,
-        "batch": batch,
-        "wall_s": wall,
-        "goodput_tps": batch * new_tokens / wall if wall else 0.0,
-    }
-
-
-def predict_run_trace(
-    m: PipelineModel, *, k: int, traces: Sequence[Sequence[bool]], prefill_s: float = 0.0
-) -> dict:
-    """`predict_run` for greedy decoding with a measured acceptance *trace* per sequence:
-    `traces[s][j]` says whether the drafter's greedy token at output position j (given the
-    true prefix) equals the target's. Greedy output does not depend on k, so the trace
-    decides exactly which drafts are accepted for every k: the rounds, and the live batch and
-    tokens scored in each, follow without sampling; step times come from the curves."""
-    n_new = [len(t) for t in traces]
-    pos = [1] * len(traces)  # token 0 comes from prefill
-    kk = k if (k > 0 and m.drafter_kind != "none") else 0
-    t = prefill_s
-    rounds = 0
-    while True:
-        live = [i for i in range(len(traces)) if pos[i] < n_new[i]]
-        if not live:
-            break
-        rounds += 1
-        b = len(live)
-        caps = {i: min(kk, n_new[i] - pos[i] - 1) for i in live}
-        scored = sum(caps[i] + 1 for i in live)
-        over = m.overhead_curve(scored, b) if m.overhead_curve is not None else 0.0
-        t += (kk * m.t_draft(b) if kk else 0.0) + m.t_verify(b, scored) + m.hop_s + over
-        for i in live:
-            a = 0
-            while a < caps[i] and traces[i][pos[i] + a]:
-                a += 1
-            pos[i] += a + 1
-    tokens = sum(n_new)
-    return {
-        "k": k,
-        "batch": len(traces),
-        "rounds": rounds,
-        "wall_s": t,
-        "goodput_tps": tokens / t if t else 0.0,
-    }

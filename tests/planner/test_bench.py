@@ -6,7 +6,8 @@ import json
 import pytest
 
 from fleet.planner import bench
-from fleet.planner.model import Curve, PipelineModel, predict_run
+from fleet.planner.model import Curve, PipelineModel
+from fleet.planner.runs import predict_run
 
 
 def test_per_position_acceptance_is_cumulative():
@@ -109,7 +110,7 @@ def test_bench_planner_command_on_the_tiny_pair(tmp_path, settings, capsys):
 
 
 def test_predict_run_trace_is_exact_for_greedy():
-    from fleet.planner.model import predict_run_trace
+    from fleet.planner.runs import predict_run_trace
 
     m = PipelineModel(
         alpha=None,

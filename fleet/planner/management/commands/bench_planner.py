@@ -138,7 +138,7 @@ class Command(BaseCommand):
                 "cpus": os.cpu_count(),
                 "machine": platform.platform(),
                 "seconds": round(time.monotonic() - started, 1),
-                "predictions": "modeled (fleet.planner.model.predict_run with curves fitted to this sweep)",
+                "predictions": "modeled (fleet.planner.runs.predict_run_trace / predict_run with curves fitted to this sweep)",
             }
         )
         self.stdout.write(bench.format_rows(report))
