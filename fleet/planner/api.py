@@ -4,6 +4,8 @@ are modeled (`"modeled": true` in every answer)."""
 from __future__ import annotations
 
 from django.shortcuts import get_object_or_404
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -14,6 +16,7 @@ from fleet.planner import services, whatif
 
 
 class Recommendation(APIView):
+    @extend_schema(responses=OpenApiTypes.OBJECT, description="Current vs recommended (modeled).")
     def get(self, request, pk: int):
         return Response(services.recommendation(get_object_or_404(Pipeline, pk=pk)))
 
@@ -23,6 +26,7 @@ class Preview(APIView):
 
     method_actions = {"POST": "view"}
 
+    @extend_schema(request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
     def post(self, request, pk: int):
         pipeline = get_object_or_404(Pipeline, pk=pk)
         if not isinstance(request.data, dict):
@@ -39,6 +43,7 @@ class ApplyInput(serializers.Serializer):
 class Apply(APIView):
     write_action = "operate"
 
+    @extend_schema(request=ApplyInput, responses=OpenApiTypes.OBJECT)
     def post(self, request, pk: int):
         pipeline = get_object_or_404(Pipeline, pk=pk)
         data = ApplyInput(data=request.data)
@@ -75,6 +80,7 @@ class WhatIfInput(serializers.Serializer):
 class WhatIf(APIView):
     method_actions = {"POST": "view"}
 
+    @extend_schema(request=WhatIfInput, responses=OpenApiTypes.OBJECT)
     def post(self, request):
         data = WhatIfInput(data=request.data)
         data.is_valid(raise_exception=True)

@@ -180,3 +180,21 @@ def test_viewer_cannot_act(pipeline, as_persona):
         == 403
     )
     assert Pipeline.objects.get(pk=pipeline.pk).version == 1
+
+
+def test_schema_of_pipelines_and_planner_generates_without_warnings():
+    from django.urls import include, path
+    from drf_spectacular.drainage import GENERATOR_STATS
+    from drf_spectacular.generators import SchemaGenerator
+    from drf_spectacular.validation import validate_schema
+
+    GENERATOR_STATS.reset()
+    patterns = [
+        path("api/v1/", include("fleet.pipelines.urls_api")),
+        path("api/v1/", include("fleet.planner.urls_api")),
+    ]
+    schema = SchemaGenerator(patterns=patterns).get_schema(request=None, public=True)
+    validate_schema(schema)
+    assert not GENERATOR_STATS, (GENERATOR_STATS._warn_cache, GENERATOR_STATS._error_cache)
+    assert "/api/v1/pipelines/{id}/nodes/{node_id}/drain" in schema["paths"]
+    assert "/api/v1/planner/what-if" in schema["paths"]
