@@ -6,6 +6,8 @@ Bounds (`pipeline.auto_bounds`, all optional):
     k_min, k_max          the k range the planner may choose from (default 0..8)
     min_interval_s        at least this long between two planner changes (default 300)
     hysteresis            minimum predicted goodput gain to act, as a fraction (default 0.05)
+    allow_split           also switch flexible nodes between drafting and verifying
+                          (default false: the k policy only)
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from fleet.accounts.errors import Conflict
@@ -63,6 +66,14 @@ def decide(pipeline: Pipeline, *, now: datetime | None = None) -> Decision:
     rec = services.recommendation(pipeline)
     if not rec["available"]:
         return Decision(pipeline.pk, False, rec["reason"])
+    decision = _try_k_policy(pipeline, rec, band)
+    if decision.applied or not bounds.get("allow_split"):
+        return decision
+    split = _try_split(pipeline, rec, band)
+    return split if split.applied else decision
+
+
+def _try_k_policy(pipeline: Pipeline, rec: dict, band: float) -> Decision:
     proposal = rec["k_policy"]
     if not proposal["changes"]:
         return Decision(pipeline.pk, False, "the current k policy is the recommended one")
@@ -88,6 +99,26 @@ def decide(pipeline: Pipeline, *, now: datetime | None = None) -> Decision:
     except Conflict as exc:  # an operator changed it meanwhile: their change wins this round
         return Decision(pipeline.pk, False, f"skipped: {exc.detail}")
     return Decision(pipeline.pk, True, reason, proposal["k_policy"])
+
+
+def _try_split(pipeline: Pipeline, rec: dict, band: float) -> Decision:
+    """Switch flexible nodes between drafting and verifying (only with `allow_split` in the
+    bounds: it moves nodes, so the operator opts in)."""
+    split = rec["split"]
+    gain = (split["difference"]["goodput_pct"] or 0.0) / 100
+    if not split["changes"] or not split["within_power_budget"] or gain < band:
+        return Decision(pipeline.pk, False, "no drafter:verifier change clears the band")
+    reason = (
+        f"auto mode: {split['n_verifiers']} verifiers : {split['n_drafters']} drafters, "
+        f"predicted goodput +{gain:.1%} (modeled)"
+    )
+    try:
+        services.apply(
+            pipeline, what="split", actor=PLANNER, expected_version=pipeline.version, reason=reason
+        )
+    except (Conflict, ValidationError) as exc:
+        return Decision(pipeline.pk, False, f"skipped: {exc}")
+    return Decision(pipeline.pk, True, reason)
 
 
 def run_auto_mode(*, now: datetime | None = None) -> list[Decision]:

@@ -88,3 +88,30 @@ def test_recommendation_preview_apply(pipeline, operator):
     result = services.apply(pipeline, what="k_policy", actor=operator, expected_version=1)
     assert result["applied"] == "k_policy"
     assert AuditEvent.objects.get().actor == operator
+
+
+def test_split_only_when_the_operator_allows_it(operator):
+    from fleet.pipelines.models import Placement
+    from tests.pipelines.conftest import make_pipeline, online_node, place
+
+    p = make_pipeline(name="gpus", k_policy={"mode": "fixed", "k": 0})
+    place(p, online_node(name="g-v"), "verify")
+    for i in range(3):  # GPU drafters that could verify: too many for one verifier
+        place(p, online_node(name=f"g-d{i}"), "draft")
+    rec = services.recommendation(p)
+    assert rec["split"]["changes"] and rec["split"]["n_verifiers"] > 1
+    Pipeline.objects.filter(pk=p.pk).update(
+        auto_mode=True, auto_bounds={"min_interval_s": 0}, k_policy=rec["k_policy"]["k_policy"]
+    )
+    p = Pipeline.objects.get(pk=p.pk)
+    assert not auto.decide(p).applied  # k policy already right, split not allowed
+    Pipeline.objects.filter(pk=p.pk).update(auto_bounds={"min_interval_s": 0, "allow_split": True})
+    p = Pipeline.objects.get(pk=p.pk)
+    d = auto.decide(p)
+    assert d.applied and "verifiers" in d.why
+    assert (
+        Placement.objects.filter(pipeline=p, role="verify").count() == rec["split"]["n_verifiers"]
+    )
+    assert set(AuditEvent.objects.filter(pipeline=p).values_list("actor_label", flat=True)) == {
+        "planner"
+    }
