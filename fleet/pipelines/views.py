@@ -127,7 +127,7 @@ def pipeline_edit(request, pk: int):
     return render(request, "pipelines/pipeline_edit.html", context)
 
 
-def _config_changes(post) -> dict:
+def _config_changes(post, current: dict | None = None) -> dict:
     changes: dict = {}
     for field in ("description", "target_model"):
         if field in post:
@@ -147,7 +147,33 @@ def _config_changes(post) -> dict:
                 raise ValidationError({field: "must be a number"}) from exc
     if "auto_mode_present" in post:
         changes["auto_mode"] = post.get("auto_mode") == "on"
+    if "auto_bounds_present" in post:
+        changes["auto_bounds"] = _auto_bounds(post, current or {})
     return changes
+
+
+AUTO_BOUND_FIELDS = (
+    ("k_min", int),
+    ("k_max", int),
+    ("min_interval_s", float),
+    ("hysteresis", float),
+)
+
+
+def _auto_bounds(post, current: dict) -> dict:
+    """The operator's bounds for auto mode from the form (blank: the default)."""
+    bounds = dict(current)
+    for key, kind in AUTO_BOUND_FIELDS:
+        raw = post.get(f"auto_{key}", "").strip()
+        if not raw:
+            bounds.pop(key, None)
+            continue
+        try:
+            bounds[key] = kind(raw)
+        except ValueError as exc:
+            raise ValidationError({"auto_bounds": f"{key} must be a number"}) from exc
+    bounds["allow_split"] = post.get("auto_allow_split") == "on"
+    return bounds
 
 
 def _act(request, pipeline: Pipeline, action: str) -> str:
@@ -163,7 +189,9 @@ def _act(request, pipeline: Pipeline, action: str) -> str:
     if action in {"move", "drain", "return", "unplace", "place"} and node_id is None:
         raise ValidationError({"node": "choose a node"})
     if action == "configure":
-        services.pipeline_update(pipeline_id=pipeline.pk, changes=_config_changes(post), **common)
+        services.pipeline_update(
+            pipeline_id=pipeline.pk, changes=_config_changes(post, pipeline.auto_bounds), **common
+        )
         return "Configuration saved."
     if action == "k_policy":
         services.pipeline_set_k_policy(

@@ -129,3 +129,33 @@ def test_console_pipeline_page_has_the_controls_for_operators_only(
     client.force_login(viewer)
     page = client.get(f"/pipelines/{pipeline.pk}/")
     assert page.status_code == 200 and b"Place a node" not in page.content
+
+
+def test_auto_mode_and_bounds_from_the_form(pipeline, operator, client):
+    client.force_login(operator)
+    client.post(
+        f"/pipelines/{pipeline.pk}/act/configure",
+        {
+            "auto_mode_present": "1",
+            "auto_mode": "on",
+            "auto_bounds_present": "1",
+            "auto_k_min": "1",
+            "auto_k_max": "5",
+            "auto_min_interval_s": "120",
+            "auto_hysteresis": "",
+            "auto_allow_split": "on",
+        },
+    )
+    p = Pipeline.objects.get(pk=pipeline.pk)
+    assert p.auto_mode and p.auto_bounds == {
+        "k_min": 1,
+        "k_max": 5,
+        "min_interval_s": 120.0,
+        "allow_split": True,
+    }
+    bad = client.post(
+        f"/pipelines/{pipeline.pk}/act/configure",
+        {"auto_bounds_present": "1", "auto_k_min": "6", "auto_k_max": "2"},
+        follow=True,
+    )
+    assert b"k_min must not exceed k_max" in bad.content
