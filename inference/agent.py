@@ -36,17 +36,26 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def device_info() -> dict:
-    """The device this process computes on: CUDA device name, or the CPU model."""
+def engine_device(engine) -> str:
+    """The torch device an engine computes on ("cpu" for the n-gram drafter)."""
+    device = getattr(engine, "device", None) or getattr(
+        getattr(engine, "drafter", None), "device", None
+    )
+    return str(device or "cpu")
+
+
+def device_info(device: str = "cpu") -> dict:
+    """The device this process computes on: the CUDA device's name, or the CPU model."""
     import torch
 
     info = {"torch": torch.__version__, "host": platform.node(), "pid": os.getpid()}
-    if torch.cuda.is_available():
-        props = torch.cuda.get_device_properties(0)
-        info |= {"kind": "gpu", "name": torch.cuda.get_device_name(0),
+    if device.startswith("cuda") and torch.cuda.is_available():
+        index = torch.device(device).index or 0
+        props = torch.cuda.get_device_properties(index)
+        info |= {"kind": "gpu", "device": device, "name": torch.cuda.get_device_name(index),
                  "memory_gb": round(props.total_memory / 2**30, 1)}  # fmt: skip
     else:
-        info |= {"kind": "cpu", "name": cpu_model(), "cores": os.cpu_count(),
+        info |= {"kind": "cpu", "device": "cpu", "name": cpu_model(), "cores": os.cpu_count(),
                  "threads": torch.get_num_threads()}  # fmt: skip
     return info
 
@@ -87,6 +96,8 @@ def accumulate(samples: list[dict]) -> dict:
                 continue
             if key in GAUGES:
                 out[key] = value
+            elif key in ("itl_s", "ttft_s"):  # raw latency samples: all of them
+                out.setdefault(key, []).extend(value)
             elif key in MEANS:
                 out[key] = out.get(key, 0.0) + value * s["interval_s"] / total
             elif isinstance(value, dict):
@@ -108,10 +119,11 @@ class Agent:
         self.node_id, self.loop, self.token = node.pk, loop, token
         self.api_url = api_url.rstrip("/")
         self.period_s = float(period_s or settings.HEARTBEAT_PERIOD_S)
-        self.device = device_info()
+        self.device = device_info(engine_device(loop.engine))
         profile = node.profile
         self.power = PowerMeter(idle_w=profile.idle_w, tdp_w=profile.tdp_w,
-                                gpu=self.device.get("kind") == "gpu")  # fmt: skip
+                                gpu=self.device.get("kind") == "gpu",
+                                gpu_index=int(self.device.get("device", "cuda:0").partition(":")[2] or 0))  # fmt: skip
         self.deltas = _Deltas()
         self.last_busy, self.last_t = 0.0, time.monotonic()
         self.stopping = threading.Event()
@@ -147,6 +159,11 @@ class Agent:
             "utilization": utilization,
         }
         if role == "verify":
+            itl_s, ttft_s = self.loop.stats.take_latencies()
+            if itl_s:
+                sample["itl_s"] = itl_s
+            if ttft_s:
+                sample["ttft_s"] = ttft_s
             n_steps = sum(steps_hist.values())
             sample |= {
                 "num_drafts": d("num_drafts", counters.num_drafts),

@@ -50,6 +50,7 @@ def start_payload(generation: Generation) -> dict:
         "prompt_tokens": list(generation.prompt_tokens),
         "params": dict(generation.params),
         "drafter": generation.drafter_id,
+        "created": generation.created_at.timestamp(),
     }
 
 

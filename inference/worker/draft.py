@@ -51,8 +51,8 @@ class DraftLoop(BaseLoop):
                 logger.exception(
                     "drafter %s: cannot add %s; it decodes without drafts", self.node_id, gid
                 )
-                self.send(p["verifier"], "drafts", {"drafter": self.node_id,
-                          "drafts": [{"seq_id": gid, "tokens": [], "probs": None}]})  # fmt: skip
+                self.send(p["verifier"], "drafts",
+                          {"drafter": self.node_id, "drafts": [], "plain": [gid]})  # fmt: skip
                 continue
             self.verifier_of[gid], self.attempt_of[gid] = p["verifier"], attempt
             self.ready.append(gid)
@@ -89,13 +89,17 @@ class DraftLoop(BaseLoop):
         if self.config.get("drafter_kind") == "none":
             k = 0
         t0 = time.perf_counter()
-        drafts = self.engine.propose([(g, k) for g in batch])
+        try:
+            drafts = [d.to_json() for d in self.engine.propose([(g, k) for g in batch])]
+        except Exception:  # never strand sequences: this round they go without drafts
+            logger.exception("drafter %s: propose failed; sending empty drafts", self.node_id)
+            drafts = [{"seq_id": g, "tokens": [], "probs": None} for g in batch]
         self.stats.record_round(
-            len(batch), time.perf_counter() - t0, sum(len(d.tokens) for d in drafts)
+            len(batch), time.perf_counter() - t0, sum(len(d["tokens"]) for d in drafts)
         )
         out = defaultdict(list)
         for d in drafts:
-            out[self.verifier_of[d.seq_id]].append(d.to_json())
+            out[self.verifier_of[d["seq_id"]]].append(d)
         for verifier, ds in out.items():
             self.send(verifier, "drafts", {"drafter": self.node_id, "drafts": ds})
 

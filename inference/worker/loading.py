@@ -14,6 +14,11 @@ def model_dir(ref: str) -> Path:
     return path if path.is_absolute() else Path(settings.DATA_DIR) / "models" / ref
 
 
+def torch_device() -> str:
+    """Where the engine computes: TANDEM_TORCH_DEVICE (e.g. cuda, cuda:1), default cpu."""
+    return os.environ.get("TANDEM_TORCH_DEVICE", "cpu")
+
+
 def n_slots() -> int:
     return int(os.environ.get("TANDEM_NODE_SLOTS", "64"))
 
@@ -30,7 +35,7 @@ def load_verify_engine(ref: str):
     from inference.engine.loading import load_checkpoint
 
     torch.set_grad_enabled(False)
-    model, tokenizer = load_checkpoint(model_dir(ref))
+    model, tokenizer = load_checkpoint(model_dir(ref), device=torch_device())
     return VerifyEngine(model, tokenizer, n_slots=n_slots(), max_len=max_len())
 
 
@@ -44,7 +49,7 @@ def load_draft_engine(kind: str, ref: str):
     from inference.engine.loading import load_checkpoint
 
     torch.set_grad_enabled(False)
-    model, tokenizer = load_checkpoint(model_dir(ref))
+    model, tokenizer = load_checkpoint(model_dir(ref), device=torch_device())
     return DraftEngine.from_model(model, tokenizer, n_slots=n_slots(), max_len=max_len())
 
 

@@ -19,6 +19,8 @@ class LoopStats:
         self.last_tick = time.monotonic()
         self.finished = 0
         self.prefills = 0
+        self.itl_s: list[float] = []  # since the agent last took them (telemetry histograms)
+        self.ttft_s: list[float] = []
         self.errors = 0
 
     def record_round(self, batch: int, seconds: float, tokens: int = 0) -> None:
@@ -35,6 +37,18 @@ class LoopStats:
             self.prefills += n
             self.tokens_generated += n
             self.busy_s += seconds
+
+    def record_latencies(self, *, itl_s: list[float] = (), ttft_s: list[float] = ()) -> None:
+        with self.lock:
+            if len(self.itl_s) < 100_000:
+                self.itl_s.extend(itl_s)
+                self.ttft_s.extend(ttft_s)
+
+    def take_latencies(self) -> tuple[list[float], list[float]]:
+        with self.lock:
+            out = (self.itl_s, self.ttft_s)
+            self.itl_s, self.ttft_s = [], []
+            return out
 
     def tick(self) -> None:
         self.last_tick = time.monotonic()

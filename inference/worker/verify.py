@@ -59,6 +59,9 @@ class VerifyLoop(BaseLoop):
             from inference.engine.messages import Draft
 
             now = time.monotonic()
+            for gid in p.get("plain", []):  # the drafter cannot serve it: decode plainly
+                if gid in self.seqs:
+                    self.seqs[gid].drafter = None
             for d in p["drafts"]:
                 draft = Draft.from_json(d)
                 if draft.seq_id in self.seqs:
@@ -88,9 +91,7 @@ class VerifyLoop(BaseLoop):
         if ready and (len(ready) >= min(max_batch, len(self.seqs))):
             timeout = 0.0
         elif ready:
-            oldest = (
-                min(self.pending[g][2] for g in ready if g in self.pending) if self.pending else 0
-            )
+            oldest = min((self.pending[g][2] for g in ready if g in self.pending), default=0)
             timeout = max(0.0, oldest + wait_s - time.monotonic()) if oldest else 0.0
         else:
             timeout = 0.5
@@ -103,8 +104,8 @@ class VerifyLoop(BaseLoop):
         if not ready:
             return
         if len(ready) < min(max_batch, len(self.seqs)) and self.pending:
-            oldest = min(self.pending[g][2] for g in ready if g in self.pending)
-            if time.monotonic() - oldest < wait_s:
+            oldest = min((self.pending[g][2] for g in ready if g in self.pending), default=0)
+            if oldest and time.monotonic() - oldest < wait_s:
                 return  # keep gathering
         self._verify(ready[:max_batch])
 
@@ -156,6 +157,10 @@ class VerifyLoop(BaseLoop):
                 self._fail(seq, f"prefill failed on verifier: {exc}")
             return
         now = datetime.now(UTC)
+        ttft = [
+            now.timestamp() - p["created"] for _, p in infos if "created" in p and p["attempt"] == 1
+        ]
+        self.stats.record_latencies(ttft_s=ttft)
         for seq, _ in infos:
             self.seqs[seq.gen] = seq
         self.later(services.generations_first_token, ids=[s.gen for s, _ in infos], at=now)
@@ -182,7 +187,17 @@ class VerifyLoop(BaseLoop):
             tokens, probs, _ = self.pending.pop(g, ([], None, 0))
             items.append((g, tokens, probs))
         t0 = time.perf_counter()
-        results = self.engine.verify(items)
+        try:
+            results = self.engine.verify(items)
+        except Exception as exc:  # a bad draft or a broken engine: fail them clearly, never hang
+            logger.exception("verifier %s: verify failed", self.node_id)
+            for g in batch:
+                seq = self.seqs.pop(g, None)
+                if seq is not None:
+                    self.engine.free(g)
+                    self._fail(seq, f"verification failed: {exc}")
+            self._inspect_dirty = True
+            return
         dt = time.perf_counter() - t0
         self.stats.record_round(len(items), dt, sum(len(r.tokens) for r in results))
         by_drafter = defaultdict(list)
@@ -194,15 +209,16 @@ class VerifyLoop(BaseLoop):
     def _emit(self, results, *, by_drafter=None, drafter_starts=None, items=None) -> list:
         """Stream each result's tokens; finish sequences; collect drafter messages."""
         now = time.monotonic()
-        events = []
+        events, itl = [], []
         for i, r in enumerate(results):
             seq = self.seqs.get(r.seq_id)
             if seq is None:
                 continue
             if r.tokens:
                 if seq.last_emit:
-                    gap = (now - seq.last_emit) * 1000 / len(r.tokens)
-                    seq.itl_ms.extend([gap] * len(r.tokens))
+                    gap = (now - seq.last_emit) / len(r.tokens)
+                    seq.itl_ms.extend([gap * 1000] * len(r.tokens))
+                    itl.extend([gap] * len(r.tokens))
                 seq.last_emit = now
                 seq.tokens.extend(r.tokens)
                 text = seq.detok.push(r.tokens)
@@ -223,6 +239,7 @@ class VerifyLoop(BaseLoop):
                 )  # fmt: skip
             if by_drafter is not None:
                 by_drafter[seq.drafter].append(r.to_json())
+        self.stats.record_latencies(itl_s=itl)
         return events
 
     def _finish(self, seq: VSeq, finish_reason: str) -> None:
