@@ -50,6 +50,8 @@ class VerifyLoop(BaseLoop):
         self.seqs: dict[str, VSeq] = {}
         self.pending: dict[str, tuple[list[int], object, float]] = {}  # gen -> draft, arrival
         self.starts: list[dict] = []
+        self.sent_at: dict[str, float] = {}  # gen -> when its results went to the drafter
+        self.turnaround: float | None = None  # drafter round trip (EMA, seconds)
 
     # -- messages -------------------------------------------------------------------------------
     def handle(self, kind: str, p: dict) -> None:
@@ -66,6 +68,12 @@ class VerifyLoop(BaseLoop):
                 draft = Draft.from_json(d)
                 if draft.seq_id in self.seqs:
                     self.pending[draft.seq_id] = (draft.tokens, draft.probs, now)
+                    sent = self.sent_at.pop(draft.seq_id, None)
+                    if sent is not None:
+                        rtt = now - sent
+                        self.turnaround = (
+                            rtt if self.turnaround is None else 0.8 * self.turnaround + 0.2 * rtt
+                        )
         elif kind == "cancel":
             self.drop(p["gen"], p.get("attempt", FINAL))
         elif kind == "config":
@@ -80,6 +88,7 @@ class VerifyLoop(BaseLoop):
         if seq is not None and seq.attempt <= attempt:
             self.seqs.pop(gid)
             self.pending.pop(gid, None)
+            self.sent_at.pop(gid, None)
             self.engine.free(gid)
             self._inspect_dirty = True
 
@@ -87,27 +96,39 @@ class VerifyLoop(BaseLoop):
     def step(self) -> None:
         max_batch = int(self.config.get("max_verify_batch") or 32)
         wait_s = float(self.config.get("max_batch_wait_ms") or 0) / 1000
-        ready = self._ready()
-        if ready and (len(ready) >= min(max_batch, len(self.seqs))):
-            timeout = 0.0
-        elif ready:
-            oldest = min((self.pending[g][2] for g in ready if g in self.pending), default=0)
-            timeout = max(0.0, oldest + wait_s - time.monotonic()) if oldest else 0.0
-        else:
-            timeout = 0.5
-        for kind, payload in self._drain(timeout):
+        for kind, payload in self._drain(self._gather_for(max_batch, wait_s)):
             self.handle(kind, payload)
         if self.starts:
             starts, self.starts = self.starts, []
             self._start(starts)
         ready = self._ready()
+        if ready and self._gather_for(max_batch, wait_s) == 0.0:
+            self._verify(ready[:max_batch])
+
+    def _gather_for(self, max_batch: int, wait_s: float) -> float:
+        """How long to keep gathering drafts before verifying (0: verify now).
+
+        Verify at once when every sequence held here is ready (or the batch is full).
+        Otherwise wait -- never past `max_batch_wait_ms` after the first ready draft -- but
+        only for drafts that are due: the earliest outstanding sequence's results went out
+        at t, and drafts come back after the drafter's measured turnaround. A group that
+        is not due within the wait is not waited for (that would only add latency)."""
+        ready = self._ready()
         if not ready:
-            return
-        if len(ready) < min(max_batch, len(self.seqs)) and self.pending:
-            oldest = min((self.pending[g][2] for g in ready if g in self.pending), default=0)
-            if oldest and time.monotonic() - oldest < wait_s:
-                return  # keep gathering
-        self._verify(ready[:max_batch])
+            return 0.5
+        if len(ready) >= min(max_batch, len(self.seqs)):
+            return 0.0
+        now = time.monotonic()
+        first = min((self.pending[g][2] for g in ready if g in self.pending), default=now)
+        deadline = first + wait_s
+        out = [self.sent_at[g] for g, q in self.seqs.items()
+               if q.drafter is not None and g not in self.pending and g in self.sent_at]  # fmt: skip
+        if not out:
+            return 0.0
+        eta = deadline if self.turnaround is None else min(out) + 1.2 * self.turnaround
+        if eta > deadline:
+            return 0.0
+        return max(0.0, eta - now)
 
     def _ready(self) -> list[str]:
         """Sequences that can be verified now: drafts in hand, or plain (no drafter)."""
@@ -231,6 +252,8 @@ class VerifyLoop(BaseLoop):
                 self._finish(seq, r.finish_reason or "stop")
             if seq.drafter is None:
                 continue
+            if not r.finished:
+                self.sent_at[seq.gen] = now
             if drafter_starts is not None and not r.finished:
                 ctx = items[i][1] + r.tokens
                 drafter_starts[seq.drafter].append(
@@ -246,6 +269,7 @@ class VerifyLoop(BaseLoop):
         counters = self.engine.free(seq.gen)
         self.seqs.pop(seq.gen, None)
         self.pending.pop(seq.gen, None)
+        self.sent_at.pop(seq.gen, None)
         self.tombstones.add(seq.gen, seq.attempt)
         self.stats.finished += 1
         self._inspect_dirty = True
