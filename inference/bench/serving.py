@@ -305,6 +305,9 @@ def bench(*, models: Path, ns: list[int], requests_per_client: int, max_tokens: 
                     res[f"{r}_busy_frac"] = round(busy / res["wall_s"], 3)
                     rounds = after[r]["rounds"] - before[r]["rounds"]
                     res[f"{r}_ms_per_round"] = round(busy * 1000 / rounds, 2) if rounds else None
+                res["drafter_turnaround_ms"] = node_inspect(nodes["verify"][0].pk).get(
+                    "drafter_turnaround_ms"
+                )
                 hist = _hist_delta(
                     before["verify"]["batch_size_hist"], after["verify"]["batch_size_hist"]
                 )

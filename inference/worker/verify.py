@@ -294,6 +294,11 @@ class VerifyLoop(BaseLoop):
         if seq.drafter is not None:
             self.send(seq.drafter, "cancel", {"gen": seq.gen})
 
+    def inspect(self) -> dict:
+        out = super().inspect()
+        out["drafter_turnaround_ms"] = None if self.turnaround is None else self.turnaround * 1000
+        return out
+
     def slots(self) -> dict:
         cache = self.engine.cache
         return {"n_slots": cache.n_slots, "slots_used": cache.n_slots - cache.n_free,

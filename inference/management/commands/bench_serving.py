@@ -23,7 +23,7 @@ class Command(BaseCommand):
         parser.add_argument("--max-tokens", type=int, default=64)
         parser.add_argument("--k", type=int, default=4)
         parser.add_argument("--max-verify-batch", type=int, default=32)
-        parser.add_argument("--max-batch-wait-ms", type=int, default=10)
+        parser.add_argument("--max-batch-wait-ms", type=int, default=100)
 
     def handle(self, *args, **o):
         from inference.bench import serving
