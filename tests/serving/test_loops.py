@@ -1,0 +1,94 @@
+"""The draft and verify loops in one process (messages handed over directly instead of
+through the broker): n-gram drafting and plain decoding (drafter_kind none) reproduce the
+in-process engine, and a config message changes k between rounds."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from django.utils import timezone
+
+from fleet.pipelines.models import Pipeline
+from inference import services
+from inference.engine.engines import DraftEngine, VerifyEngine
+from inference.engine.generator import SpeculativeGenerator
+from inference.engine.loading import load_checkpoint
+from inference.engine.sampling import SamplingParams
+from inference.models import Generation
+from inference.worker import host, messaging
+from inference.worker.draft import DraftLoop
+from inference.worker.loading import load_draft_engine, load_verify_engine
+from inference.worker.verify import VerifyLoop
+from tests.serving.helpers import make_pipeline, tokens_of, wait_done, write_pair
+from tests.serving.test_workers import prompts
+
+
+@pytest.fixture
+def wired(monkeypatch):
+    """Loops by node id; messaging.send delivers straight into the target loop."""
+    loops: dict[int, host.BaseLoop] = {}
+    monkeypatch.setattr(messaging, "send", lambda node, kind, p: loops[node].deliver(kind, p))
+    yield loops
+    for loop in loops.values():
+        loop.stop()
+
+
+def _run(pipeline, nodes, wired, kind):
+    config = pipeline.config()
+    for node, role, _ in nodes:
+        if role == "verify":
+            loop = VerifyLoop(engine=load_verify_engine(pipeline.target_model),
+                              node_id=node.pk, pipeline_id=pipeline.pk, config=config)  # fmt: skip
+        else:
+            loop = DraftLoop(engine=load_draft_engine(kind, pipeline.draft_model),
+                             node_id=node.pk, pipeline_id=pipeline.pk, config=config)  # fmt: skip
+        wired[node.pk] = loop
+        loop.start()
+        node.last_seen = timezone.now()
+        node.state = "online"
+        node.save()
+
+
+@pytest.mark.parametrize("kind", ["ngram", "none"])
+def test_loops_reproduce_the_engine(kind, transactional_db, tmp_path, wired):
+    target, draft = write_pair(tmp_path)
+    pipeline, nodes = make_pipeline(f"loops-{kind}", target, draft, kind=kind, max_batch_wait_ms=5)
+    _run(pipeline, nodes, wired, kind)
+    ps = prompts(6, seed=5)
+    gens = [
+        services.generation_submit(pipeline=pipeline, prompt="", prompt_tokens=p,
+                                   params={"temperature": 0, "max_tokens": 20}, user=None)
+        for p in ps
+    ]  # fmt: skip
+    streamed = wait_done([g.pk for g in gens], timeout=60)
+    tm, tok = load_checkpoint(target)
+    drafter = DraftEngine.ngram() if kind == "ngram" else None
+    want = SpeculativeGenerator(VerifyEngine(tm, tok, n_slots=6), drafter, k=4).generate(
+        ps, SamplingParams(temperature=0, max_tokens=20)
+    )
+    assert [tokens_of(streamed[str(g.pk)]) for g in gens] == [o.token_ids for o in want]
+    verifier = next(wired[n.pk] for n, r, _ in nodes if r == "verify")
+    verifier.flush_writes()
+    assert Generation.objects.filter(state="finished").count() == len(gens)
+    assert verifier.slots()["slots_used"] == 0
+    if kind == "ngram":
+        assert all(g.drafter_id for g in gens)
+        drafter_loop = next(wired[n.pk] for n, r, _ in nodes if r == "draft")
+        deadline = time.monotonic() + 5
+        while drafter_loop.slots()["seqs"]:  # finished sequences are freed on the drafter too
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        # a live config change: k = 0 from the next round on (the drafter sends empty drafts)
+        Pipeline.objects.filter(pk=pipeline.pk).update(k_policy={"mode": "fixed", "k": 0})
+        pipeline.refresh_from_db()
+        services.push_pipeline_config(pipeline)
+        g = services.generation_submit(pipeline=pipeline, prompt="", prompt_tokens=ps[0],
+                                       params={"temperature": 0, "max_tokens": 20}, user=None)  # fmt: skip
+        assert tokens_of(wait_done([g.pk], timeout=60)[str(g.pk)]) == want[0].token_ids
+        assert drafter_loop.config["k_policy"] == {"mode": "fixed", "k": 0}
+        verifier.flush_writes()
+        g.refresh_from_db()
+        assert g.counters["num_drafts"] == 0  # no draft tokens were verified
+    else:
+        assert not any(g.drafter_id for g in gens)
