@@ -8,44 +8,102 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('nodes', '0002_seed_hardware_profiles'),
-        ('pipelines', '0001_initial'),
+        ("nodes", "0002_seed_hardware_profiles"),
+        ("pipelines", "0001_initial"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Generation',
+            name="Generation",
             fields=[
-                ('id', models.UUIDField(default=uuid.uuid4, editable=False, primary_key=True, serialize=False)),
-                ('prompt', models.TextField(blank=True)),
-                ('prompt_tokens', models.JSONField(default=list)),
-                ('params', models.JSONField(default=dict)),
-                ('state', models.CharField(choices=[('queued', 'Queued'), ('running', 'Running'), ('finished', 'Finished'), ('failed', 'Failed'), ('cancelled', 'Cancelled')], db_index=True, default='queued', max_length=10)),
-                ('finish_reason', models.CharField(blank=True, max_length=20)),
-                ('error', models.TextField(blank=True)),
-                ('output_tokens', models.JSONField(default=list)),
-                ('output_text', models.TextField(blank=True)),
-                ('attempts', models.PositiveSmallIntegerField(default=0)),
-                ('created_at', models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('first_token_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('deadline', models.DateTimeField(blank=True, null=True)),
-                ('itl_ms', models.JSONField(blank=True, default=dict)),
-                ('counters', models.JSONField(blank=True, default=dict)),
-                ('drafter', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='drafting', to='nodes.node')),
-                ('pipeline', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='generations', to='pipelines.pipeline')),
-                ('user', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
-                ('verifier', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='verifying', to='nodes.node')),
+                (
+                    "id",
+                    models.UUIDField(
+                        default=uuid.uuid4, editable=False, primary_key=True, serialize=False
+                    ),
+                ),
+                ("prompt", models.TextField(blank=True)),
+                ("prompt_tokens", models.JSONField(default=list)),
+                ("params", models.JSONField(default=dict)),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("queued", "Queued"),
+                            ("running", "Running"),
+                            ("finished", "Finished"),
+                            ("failed", "Failed"),
+                            ("cancelled", "Cancelled"),
+                        ],
+                        db_index=True,
+                        default="queued",
+                        max_length=10,
+                    ),
+                ),
+                ("finish_reason", models.CharField(blank=True, max_length=20)),
+                ("error", models.TextField(blank=True)),
+                ("output_tokens", models.JSONField(default=list)),
+                ("output_text", models.TextField(blank=True)),
+                ("attempts", models.PositiveSmallIntegerField(default=0)),
+                (
+                    "created_at",
+                    models.DateTimeField(db_index=True, default=django.utils.timezone.now),
+                ),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("first_token_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                ("deadline", models.DateTimeField(blank=True, null=True)),
+                ("itl_ms", models.JSONField(blank=True, default=dict)),
+                ("counters", models.JSONField(blank=True, default=dict)),
+                (
+                    "drafter",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="drafting",
+                        to="nodes.node",
+                    ),
+                ),
+                (
+                    "pipeline",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="generations",
+                        to="pipelines.pipeline",
+                    ),
+                ),
+                (
+                    "user",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "verifier",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="verifying",
+                        to="nodes.node",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at'],
-                'indexes': [models.Index(fields=['pipeline', 'state'], name='inference_g_pipelin_7f886e_idx')],
+                "ordering": ["-created_at"],
+                "indexes": [
+                    models.Index(
+                        fields=["pipeline", "state"], name="inference_g_pipelin_7f886e_idx"
+                    )
+                ],
             },
         ),
     ]
