@@ -38,7 +38,7 @@ def test_layout_shows_nav_user_role_and_logout(client, personas, persona):
     user = personas[persona]
     client.force_login(user)
     body = client.get("/").content.decode()
-    for href in ("/nodes/", "/pipelines/", "/wall/", "/planner/", "/api/v1/docs/"):
+    for href in ("/fleet/", "/nodes/", "/pipelines/", "/wall/", "/planner/", "/api/v1/docs/"):
         assert f'href="{href}"' in body
     assert user.username in body
     role = "none" if persona == "outsider" else persona
