@@ -60,7 +60,9 @@ class BenchConfig:
     smol: bool = True
     smol_new_tokens: int = 64
     smol_reps: int = 3
-    threads: int | None = None
+    # batch-1 decoding of models this small does not parallelize, and on a shared machine a
+    # second thread mostly adds synchronisation stalls: one thread unless asked otherwise
+    threads: int | None = 1
     seed: int = 0
     quick: bool = False
 
@@ -145,6 +147,21 @@ def _greedy(n: int) -> SamplingParams:
     return SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)
 
 
+def counters_delta(after: SpecCounters, before: SpecCounters) -> SpecCounters:
+    """``after - before`` for engine-level (cumulative) counters."""
+    d = SpecCounters()
+    for name in SpecCounters.__dataclass_fields__:
+        a, b = getattr(after, name), getattr(before, name)
+        if isinstance(a, list):
+            b = list(b) + [0] * (len(a) - len(b))
+            setattr(d, name, [x - y for x, y in zip(a, b, strict=False)])
+        elif isinstance(a, dict):
+            setattr(d, name, {kk: v - b.get(kk, 0) for kk, v in a.items() if v - b.get(kk, 0)})
+        else:
+            setattr(d, name, a - b)
+    return d
+
+
 def ours_case(verify: VerifyEngine, draft: DraftEngine | None, k: int, prompts, n_new: int):
     """prompts(rep) -> list of prompts (a batch); one generate() call per run."""
 
@@ -152,12 +169,12 @@ def ours_case(verify: VerifyEngine, draft: DraftEngine | None, k: int, prompts, 
         batch = prompts(rep)
         n = n_new if rep >= 0 else min(n_new, 8)
         gen = SpeculativeGenerator(verify, draft if k > 0 else None, k=k)
+        before = gen.counters  # engine-level totals: this run is the difference
         t0 = time.perf_counter()
         outs = gen.generate(batch, _greedy(n))
         dt = time.perf_counter() - t0
-        return Run(
-            dt, sum(len(o.token_ids) for o in outs), [o.token_ids for o in outs], gen.counters
-        )
+        delta = counters_delta(gen.counters, before)
+        return Run(dt, sum(len(o.token_ids) for o in outs), [o.token_ids for o in outs], delta)
 
     return run
 
@@ -306,6 +323,45 @@ def _function_sources(n: int) -> list[str]:
     return (out * n)[:n] if out else ["def add(a, b):\n    return a + b\n"] * n
 
 
+@torch.inference_mode()
+def raw_forward_ms(model, T: int, context: int, n: int = 30) -> float:
+    """Median ms of one bare ``model`` forward of T new tokens on a cached context of
+    ``context`` tokens (batch 1): the model's share of a step, without the engine."""
+    from inference.engine.kv_cache import KVCache
+
+    cache = KVCache(
+        model.config.num_hidden_layers, 1, context + T + 1, model.config.num_key_value_heads,
+        model.config.head_dim, dtype=next(model.parameters()).dtype,
+    )  # fmt: skip
+    slot = cache.allocate()
+    slots = torch.tensor([slot])
+    model(torch.zeros(1, context, dtype=torch.long), cache, slots)
+    x = torch.zeros(1, T, dtype=torch.long)
+    ts = []
+    for _ in range(n + 3):
+        t0 = time.perf_counter()
+        model(x, cache, slots)[:, -1].argmax(-1).item()
+        ts.append(time.perf_counter() - t0)
+        cache.rollback(slot, context)
+    return 1e3 * median(ts[3:])
+
+
+def time_breakdown(spec: CaseResult) -> dict[str, float]:
+    """Where a speculative run's time goes, per verification round (ms): drafting and
+    verification as timed inside the engines, the rest (generator loop, commits, messages)
+    by difference."""
+    wall = sum(r.seconds for r in spec.runs)
+    c = spec.counters
+    rounds = max(1, c.num_verify_steps)
+    return {
+        "rounds": rounds,
+        "round_ms": 1e3 * wall / rounds,
+        "draft_ms_per_round": 1e3 * c.draft_time_s / rounds,
+        "verify_ms_per_round": 1e3 * c.verify_time_s / rounds,
+        "other_ms_per_round": 1e3 * (wall - c.draft_time_s - c.verify_time_s) / rounds,
+    }
+
+
 def spec_summary(spec: CaseResult, plain: CaseResult, k: int) -> dict[str, float]:
     c_ = spec.counters
     alpha = alpha_from_positions(c_.num_accepted_tokens_per_pos, c_.num_draft_tokens_per_pos)
@@ -406,6 +462,13 @@ def _run(cfg: BenchConfig, threads: int, log) -> dict[str, Any]:
             "hf_assisted_vs_plain": match_assist,
         },  # fmt: skip
     }
+    ctx = cfg.prompt_len + cfg.new_tokens // 2
+    demo["raw_forward_ms"] = {
+        "target_T1": raw_forward_ms(target, 1, ctx),
+        f"target_T{k + 1}": raw_forward_ms(target, k + 1, ctx),
+        "draft_T1": raw_forward_ms(draft, 1, ctx),
+    }
+    demo["time_breakdown"] = time_breakdown(spec)
     result["demo"] = demo
     for key in ("alpha", "mean_acceptance_length", "acceptance_rate", "c", "ideal_speedup",
                 "speedup_vs_plain", "efficiency"):  # fmt: skip
@@ -574,6 +637,13 @@ def format_table(result: dict[str, Any]) -> str:
         f"{d['speedup_vs_hf_assisted']:.2f}x HF assisted; our plain {d['plain_vs_hf_generate']:.2f}x HF generate(); "  # fmt: skip
         f"c={d['c']:.3f} (draft step {d['draft_step_ms']:.2f} ms / target step {d['target_step_ms']:.2f} ms, "
         f"verify of k+1 {d['verify_step_ms']:.2f} ms); ideal {d['ideal_speedup']:.2f}x, efficiency {d['efficiency']:.2f}"
+    )
+    raw, tb = d["raw_forward_ms"], d["time_breakdown"]
+    out.append(
+        "bare model forwards (no engine): "
+        + ", ".join(f"{name} {ms:.2f} ms" for name, ms in raw.items())
+        + f"; per speculative round: draft {tb['draft_ms_per_round']:.2f} ms, verify {tb['verify_ms_per_round']:.2f} ms, "
+        f"generator/other {tb['other_ms_per_round']:.2f} ms (round {tb['round_ms']:.2f} ms)"
     )
     om = d["outputs_match"]
     out.append(f"greedy outputs identical: ours plain = HF generate: {om['plain_vs_hf']}, ours spec = ours plain: {om['spec_vs_plain']}, HF assisted = ours plain: {om['hf_assisted_vs_plain']}")  # fmt: skip

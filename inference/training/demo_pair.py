@@ -176,7 +176,7 @@ def train_demo_pair(
     """Train and write the pair into ``out``/demo-target, ``out``/demo-draft; returns the
     manifest (also written to ``out``/demo_pair.json)."""
     p = PRESETS[preset] if isinstance(preset, str) else preset
-    t_start = time.perf_counter()
+    t_start, cpu_start = time.perf_counter(), time.process_time()
     threads = threads or max(1, len(os.sched_getaffinity(0)))
     prev_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -234,6 +234,9 @@ def train_demo_pair(
         assert tok_hash == bt.file_sha256(s_draft / "tokenizer.json")
         progress.advance(1, desc="saved")
         timings["total_s"] = time.perf_counter() - t_start
+        # CPU seconds of this process: wall time / threads on an idle machine; shows how
+        # much of total_s was lost to other processes on a shared one
+        timings["cpu_s"] = time.process_time() - cpu_start
         manifest = {
             "format": 1,
             "seed": seed,

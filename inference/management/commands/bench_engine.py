@@ -24,7 +24,9 @@ class Command(BaseCommand):
         parser.add_argument("--reps", type=int, default=None)
         parser.add_argument("--new-tokens", type=int, default=None)
         parser.add_argument("--no-smol", action="store_true", help="skip the SmolLM2 rows")
-        parser.add_argument("--threads", type=int, default=None)
+        parser.add_argument(
+            "--threads", type=int, default=1, help="torch threads, both engines (default 1)"
+        )
 
     def handle(
         self, *args, json_path, quick, models, k, reps, new_tokens, no_smol, threads, **opts
