@@ -54,6 +54,12 @@ def start_payload(generation: Generation) -> dict:
     }
 
 
+def db_text(text: str) -> str:
+    """Text as every database can store it: PostgreSQL refuses NUL characters, which a
+    byte-level model may well generate. The exact output stays in `output_tokens`."""
+    return text.replace("\x00", "\ufffd")
+
+
 @transaction.atomic
 def generation_submit(
     *, pipeline: Pipeline, prompt: str, prompt_tokens: list[int], params: dict, user
@@ -66,7 +72,7 @@ def generation_submit(
     generation = Generation.objects.create(
         pipeline=pipeline,
         user=user if getattr(user, "pk", None) else None,
-        prompt=prompt,
+        prompt=db_text(prompt),
         prompt_tokens=list(prompt_tokens),
         params=dict(params),
         drafter=pair.drafter,
@@ -192,9 +198,9 @@ def generation_finish(
         Generation.objects.filter(pk=generation_id, state=S.RUNNING, attempts=attempt).update(
             state=state,
             finish_reason=finish_reason,
-            error=error,
+            error=db_text(error),
             output_tokens=output_tokens,
-            output_text=output_text,
+            output_text=db_text(output_text),
             counters=counters,
             itl_ms=itl_ms,
             finished_at=timezone.now(),

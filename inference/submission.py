@@ -77,6 +77,8 @@ def stop_list(stop) -> list[str]:
         raise RequestError("'stop' must be a string or a list of strings.", param="stop")
     if len(stop) > MAX_STOP_SEQUENCES:
         raise RequestError(f"'stop' may hold at most {MAX_STOP_SEQUENCES} sequences.", param="stop")
+    if any("\x00" in s for s in stop):
+        raise RequestError("Stop sequences may not contain NUL characters.", param="stop")
     if any(not s or len(s) > MAX_STOP_LENGTH for s in stop):
         raise RequestError(
             f"Each stop sequence must be 1..{MAX_STOP_LENGTH} characters.", param="stop"

@@ -36,6 +36,25 @@ def test_operator_creates_a_generation(serving, as_persona, operator):
     assert response["Location"] == data["links"]["self"]
 
 
+def test_text_with_nul_bytes_is_stored_on_every_database(serving, operator):
+    # The OpenAI endpoints pass prompts through unchanged, and a byte-level model may
+    # generate NUL: PostgreSQL refuses it in text columns, so the service replaces it.
+    from inference.services import generation_finish, generation_submit
+
+    generation = generation_submit(
+        pipeline=serving, prompt="a\x00b", prompt_tokens=[97, 0, 98], params={}, user=operator
+    )
+    generation.refresh_from_db()
+    assert generation.prompt == "a\ufffdb" and generation.prompt_tokens == [97, 0, 98]
+    Generation.objects.filter(pk=generation.pk).update(state=GenerationState.RUNNING)
+    assert generation_finish(
+        generation_id=generation.pk, attempt=generation.attempts, finish_reason="length",
+        output_tokens=[0], output_text="\x00", counters={}, itl_ms={},
+    )  # fmt: skip
+    generation.refresh_from_db()
+    assert generation.output_text == "\ufffd" and generation.output_tokens == [0]
+
+
 def test_max_tokens_defaults_to_the_rest_of_the_context(serving, as_persona):
     response = as_persona("admin").post(URL, {"pipeline": "demo", "prompt": "abcd"}, format="json")
     assert response.status_code == 201
@@ -55,6 +74,7 @@ def test_max_tokens_defaults_to_the_rest_of_the_context(serving, as_persona):
         ({"seed": -3}, "seed"),
         ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
         ({"stop": 5}, "stop"),
+        ({"stop": "a\x00b"}, "stop"),  # PostgreSQL could not store it: refused up front
         ({"max_tokens": 0}, "max_tokens"),
         ({"max_tokens": CONTEXT}, "max_tokens"),  # prompt + max_tokens over the context
         ({"prompt": "x" * CONTEXT}, "prompt"),  # the prompt alone fills the context
