@@ -218,6 +218,12 @@ def _hist_delta(before: dict, after: dict) -> dict[int, int]:
     return dict(sorted(out.items()))
 
 
+def _phase_fracs(before: dict, after: dict, wall: float) -> dict[str, float]:
+    """Where a worker loop's time went during a run, as shares of the run's wall time."""
+    b, a = before.get("phase_s") or {}, after.get("phase_s") or {}
+    return {k: round((v - b.get(k, 0.0)) / wall, 3) for k, v in sorted(a.items())}
+
+
 def _mean_batch(hist: dict[int, int]) -> float:
     n = sum(hist.values())
     return sum(k * v for k, v in hist.items()) / n if n else 0.0
@@ -305,6 +311,7 @@ def bench(*, models: Path, ns: list[int], requests_per_client: int, max_tokens: 
                     res[f"{r}_busy_frac"] = round(busy / res["wall_s"], 3)
                     rounds = after[r]["rounds"] - before[r]["rounds"]
                     res[f"{r}_ms_per_round"] = round(busy * 1000 / rounds, 2) if rounds else None
+                    res[f"{r}_phase_frac"] = _phase_fracs(before[r], after[r], res["wall_s"])
                 res["drafter_turnaround_ms"] = node_inspect(nodes["verify"][0].pk).get(
                     "drafter_turnaround_ms"
                 )
@@ -331,6 +338,9 @@ def bench(*, models: Path, ns: list[int], requests_per_client: int, max_tokens: 
                 res["greedy_identical"] = f"{same}/{len(rows)}"
                 report[f"{mode}_n{n}"] = res
                 log(_line(mode, n, res))
+                for r in nodes:
+                    log(f"      {r:6s} loop time by phase (share of wall): "
+                        + " ".join(f"{k} {v:.2f}" for k, v in res[f"{r}_phase_frac"].items()))  # fmt: skip
         for n in ns:
             s, p = report.get(f"spec_n{n}"), report.get(f"plain_n{n}")
             if s and p:

@@ -80,8 +80,13 @@ class DraftLoop(BaseLoop):
                 self.ready.remove(gid)
 
     def step(self) -> None:
-        for kind, payload in self._drain(0.0 if self.ready else 0.5):
+        phase, t0 = self.stats.add_phase, time.perf_counter()
+        items = self._drain(0.0 if self.ready else 0.5)
+        t1 = time.perf_counter()
+        phase("wait", t1 - t0)
+        for kind, payload in items:
             self.handle(kind, payload)
+        phase("handle", time.perf_counter() - t1)
         if not self.ready:
             return
         batch, self.ready = self.ready, []
@@ -94,14 +99,15 @@ class DraftLoop(BaseLoop):
         except Exception:  # never strand sequences: this round they go without drafts
             logger.exception("drafter %s: propose failed; sending empty drafts", self.node_id)
             drafts = [{"seq_id": g, "tokens": [], "probs": None} for g in batch]
-        self.stats.record_round(
-            len(batch), time.perf_counter() - t0, sum(len(d["tokens"]) for d in drafts)
-        )
+        t1 = time.perf_counter()
+        self.stats.record_round(len(batch), t1 - t0, sum(len(d["tokens"]) for d in drafts))
         out = defaultdict(list)
         for d in drafts:
             out[self.verifier_of[d["seq_id"]]].append(d)
         for verifier, ds in out.items():
             self.send(verifier, "drafts", {"drafter": self.node_id, "drafts": ds})
+        phase("propose", t1 - t0)
+        phase("send", time.perf_counter() - t1)
 
     def slots(self) -> dict:
         n_free = self.engine.n_free

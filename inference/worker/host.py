@@ -1,9 +1,9 @@
 """The engine host of one node worker process: the engine loop thread, its inbox, a
 persister thread for the few database writes, and inspection state in Redis.
 
-The Celery task `tandem.node.message` (solo pool, main thread) only drops messages into the
-inbox; the loop (DraftLoop or VerifyLoop) owns the engine and runs rounds in its own
-thread, so a forward pass never blocks the consumer and the consumer never blocks a round.
+The Celery task `tandem.node.message` (solo pool, main thread) only drops control messages
+into the inbox, and a listener thread drops round messages from the node's Redis list
+there; the loop (DraftLoop or VerifyLoop) owns the engine and runs rounds in its own thread, so a forward pass never blocks the consumer and the consumer never blocks a round.
 """
 
 from __future__ import annotations
@@ -71,7 +71,8 @@ class BaseLoop:
 
     # -- life cycle --------------------------------------------------------------------------
     def start(self) -> None:
-        for name, target in (("engine", self._run), ("persist", self._persist)):
+        threads = (("engine", self._run), ("persist", self._persist), ("listen", self._listen))
+        for name, target in threads:
             t = threading.Thread(target=target, name=f"{self.role}-{name}", daemon=True)
             t.start()
             self._threads.append(t)
@@ -82,6 +83,16 @@ class BaseLoop:
 
     def deliver(self, kind: str, payload: dict) -> None:
         self.inbox.put((kind, payload))
+
+    def _listen(self) -> None:
+        """Round messages (drafts, draft_start, results) from this node's Redis list."""
+        while not self.stopping.is_set():
+            try:
+                for kind, payload in messaging.receive(self.node_id, timeout_s=1.0):
+                    self.inbox.put((kind, payload))
+            except Exception:  # Redis away for a moment: retry, never die
+                logger.exception("node %s: reading round messages failed", self.node_id)
+                time.sleep(0.5)
 
     def _run(self) -> None:
         while not self.stopping.is_set():

@@ -22,6 +22,7 @@ class LoopStats:
         self.itl_s: list[float] = []  # since the agent last took them (telemetry histograms)
         self.ttft_s: list[float] = []
         self.errors = 0
+        self.phase_s: dict[str, float] = {}  # where the loop's time goes (seconds by phase)
 
     def record_round(self, batch: int, seconds: float, tokens: int = 0) -> None:
         with self.lock:
@@ -50,6 +51,10 @@ class LoopStats:
             self.itl_s, self.ttft_s = [], []
             return out
 
+    def add_phase(self, name: str, seconds: float) -> None:
+        with self.lock:
+            self.phase_s[name] = self.phase_s.get(name, 0.0) + seconds
+
     def tick(self) -> None:
         self.last_tick = time.monotonic()
 
@@ -70,4 +75,5 @@ class LoopStats:
                 "finished": self.finished,
                 "prefills": self.prefills,
                 "errors": self.errors,
+                "phase_s": dict(self.phase_s),
             }

@@ -96,14 +96,24 @@ class VerifyLoop(BaseLoop):
     def step(self) -> None:
         max_batch = int(self.config.get("max_verify_batch") or 32)
         wait_s = float(self.config.get("max_batch_wait_ms") or 0) / 1000
-        for kind, payload in self._drain(self._gather_for(max_batch, wait_s)):
+        phase, t0 = self.stats.add_phase, time.perf_counter()
+        items = self._drain(self._gather_for(max_batch, wait_s))
+        t1 = time.perf_counter()
+        phase("wait", t1 - t0)
+        for kind, payload in items:
             self.handle(kind, payload)
+        t0 = time.perf_counter()
+        phase("handle", t0 - t1)
         if self.starts:
             starts, self.starts = self.starts, []
             self._start(starts)
+            t1 = time.perf_counter()
+            phase("start", t1 - t0)
+            t0 = t1
         ready = self._ready()
         if ready and self._gather_for(max_batch, wait_s) == 0.0:
             self._verify(ready[:max_batch])
+        phase("verify_round", time.perf_counter() - t0)
 
     def _gather_for(self, max_batch: int, wait_s: float) -> float:
         """How long to keep gathering drafts before verifying (0: verify now).
@@ -145,8 +155,10 @@ class VerifyLoop(BaseLoop):
         ]
         if not starts:
             return
+        t0 = time.perf_counter()
         try:
             claimed = self._claim(starts)
+            self.stats.add_phase("start_claim", time.perf_counter() - t0)
         except Exception:  # the database is busy or away: try again next step, lose nothing
             logger.exception(
                 "verifier %s: claiming %d starts failed; retrying", self.node_id, len(starts)
@@ -171,6 +183,7 @@ class VerifyLoop(BaseLoop):
             t0 = time.perf_counter()
             results = self.engine.add_many(items)
             self.stats.record_prefill(len(items), time.perf_counter() - t0)
+            self.stats.add_phase("start_prefill", time.perf_counter() - t0)
         except Exception as exc:  # prompt too long, cache full, bad ids: fail these, clearly
             logger.exception("verifier %s: prefill failed", self.node_id)
             for seq, _ in infos:
@@ -219,13 +232,20 @@ class VerifyLoop(BaseLoop):
                     self._fail(seq, f"verification failed: {exc}")
             self._inspect_dirty = True
             return
-        dt = time.perf_counter() - t0
-        self.stats.record_round(len(items), dt, sum(len(r.tokens) for r in results))
+        t1 = time.perf_counter()
+        self.stats.record_round(len(items), t1 - t0, sum(len(r.tokens) for r in results))
         by_drafter = defaultdict(list)
         events = self._emit(results, by_drafter=by_drafter)
-        streams.publish_many(events)
-        for drafter, rs in by_drafter.items():
+        t2 = time.perf_counter()
+        for drafter, rs in by_drafter.items():  # the drafter first: it is waiting
             self.send(drafter, "results", {"verifier": self.node_id, "results": rs})
+        t3 = time.perf_counter()
+        streams.publish_many(events)
+        phase = self.stats.add_phase
+        phase("verify_forward", t1 - t0)
+        phase("verify_emit", t2 - t1)
+        phase("verify_send", t3 - t2)
+        phase("verify_publish", time.perf_counter() - t3)
 
     def _emit(self, results, *, by_drafter=None, drafter_starts=None, items=None) -> list:
         """Stream each result's tokens; finish sequences; collect drafter messages."""
