@@ -66,6 +66,7 @@ def bf16_supported() -> bool:
 StepHook = Callable[[int, dict], None]
 
 
+@torch.enable_grad()  # training never depends on the caller's global grad mode
 def train_lm(
     model: nn.Module,
     next_batch: Callable[[], Tensor],
@@ -98,6 +99,7 @@ def train_lm(
     }
 
 
+@torch.enable_grad()
 def distill(
     student: nn.Module,
     next_batch: Callable[[], tuple[Tensor, Tensor]],
