@@ -302,9 +302,10 @@ def bench(*, models: Path, ns: list[int], requests_per_client: int, max_tokens: 
                 prompts = [
                     [rng.choice(corpus) for _ in range(requests_per_client)] for _ in range(n)
                 ]
+                time.sleep(1.2)  # the workers refresh their inspection figures each second
                 before = {r: node_inspect(nodes[r][0].pk)["stats"] for r in nodes}
                 res = _drive(base, key, prompts, max_tokens)
-                time.sleep(0.3)
+                time.sleep(1.2)
                 after = {r: node_inspect(nodes[r][0].pk)["stats"] for r in nodes}
                 for r in nodes:  # share of the wall time each worker spent in forward passes
                     busy = after[r]["busy_s"] - before[r]["busy_s"]

@@ -67,6 +67,7 @@ class BaseLoop:
         self.stopping = threading.Event()
         self._writes: queue.Queue = queue.Queue()
         self._inspect_dirty = True
+        self._inspect_at = 0.0
         self._threads: list[threading.Thread] = []
 
     # -- life cycle --------------------------------------------------------------------------
@@ -102,8 +103,11 @@ class BaseLoop:
                 self.stats.errors += 1
                 logger.exception("%s loop of node %s: step failed", self.role, self.node_id)
             self.stats.tick()
-            if self._inspect_dirty:
-                self._inspect_dirty = False
+            now = time.monotonic()
+            if (
+                self._inspect_dirty or now - self._inspect_at > 1.0
+            ):  # fresh figures, at most ~1 s old
+                self._inspect_dirty, self._inspect_at = False, now
                 self._write_inspect()
 
     def _drain(self, timeout: float) -> list[tuple[str, dict]]:
