@@ -129,6 +129,7 @@ class Agent:
         self.stopping = threading.Event()
         self.last_reply: dict | None = None
         self._publish_warned = False
+        self._http = None  # one client for the process: a new one per beat costs a TLS context
 
     # -- figures ----------------------------------------------------------------------------------
     def sample(self) -> dict:
@@ -206,13 +207,14 @@ class Agent:
     # -- transport --------------------------------------------------------------------------------
     def send_heartbeat(self, body: dict) -> None:
         if self.api_url:
-            import httpx
+            if self._http is None:
+                import httpx
 
-            r = httpx.post(
+                self._http = httpx.Client(timeout=10)
+            r = self._http.post(
                 f"{self.api_url}/api/v1/nodes/{self.node_id}/heartbeat",
                 json=body,
                 headers={"Authorization": f"Bearer {self.token}"},
-                timeout=10,
             )
             r.raise_for_status()
             self.last_reply = r.json()
