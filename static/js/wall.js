@@ -112,7 +112,7 @@
     T.setText(root, '[data-w="online"]', String((t.states || {}).online || 0));
     T.setText(root, '[data-w="nodes"]', String(t.nodes || 0));
     T.setHTML(root, '[data-w="states"]', states(t.states));
-    T.setHTML(root, '[data-w="sim"]', t.simulated_nodes ? '<span class="pill pill-simulated">includes ' + t.simulated_nodes + " simulated nodes</span>" : "");
+    T.setHTML(root, '[data-w="sim"]', t.simulated_nodes ? '<span class="pill pill-simulated">includes ' + t.simulated_nodes + " simulated node" + (t.simulated_nodes === 1 ? "" : "s") + "</span>" : "");
     if (addPoint) {
       T.appendPoint(chTokens, m.ts, s);
       T.appendPoint(chPower, m.ts, s);
