@@ -64,3 +64,29 @@ def client_for(user) -> APIClient:
 def as_persona(personas):
     """`as_persona("operator")` -> an API client for that persona; "anonymous" -> none."""
     return lambda name: client_for(personas.get(name))
+
+
+def _serialized(item) -> bool:
+    marker = item.get_closest_marker("django_db")
+    return bool(marker and marker.kwargs.get("serialized_rollback"))
+
+
+def _transactional(item) -> bool:
+    marker = item.get_closest_marker("django_db")
+    if marker and marker.kwargs.get("transaction"):
+        return True
+    return bool({"transactional_db", "live_server"} & set(getattr(item, "fixturenames", ())))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items):
+    """Run serialized-rollback tests first among the transactional ones (after pytest-django
+    has put plain db tests first). A transactional test without it flushes the database and
+    re-creates content types at teardown; a serialized test after it would then restore the
+    same rows again and fail on their unique constraints, depending on the order chosen."""
+    first = next((i for i, item in enumerate(items) if _transactional(item)), None)
+    if first is None:
+        return
+    tail = items[first:]
+    tail.sort(key=lambda item: 0 if _serialized(item) else 1)  # stable: keeps the rest's order
+    items[first:] = tail

@@ -55,6 +55,16 @@ class Tombstones:
         return gid in self.ids and self.ids[gid] >= attempt
 
 
+def _closing_db_connections(target) -> None:
+    """Run a loop thread and close its own database connections when it ends."""
+    try:
+        target()
+    finally:
+        from django.db import connections
+
+        connections.close_all()
+
+
 class BaseLoop:
     role = ""
 
@@ -74,13 +84,23 @@ class BaseLoop:
     def start(self) -> None:
         threads = (("engine", self._run), ("persist", self._persist), ("listen", self._listen))
         for name, target in threads:
-            t = threading.Thread(target=target, name=f"{self.role}-{name}", daemon=True)
+            t = threading.Thread(
+                target=_closing_db_connections,
+                args=(target,),
+                name=f"{self.role}-{name}",
+                daemon=True,
+            )
             t.start()
             self._threads.append(t)
 
-    def stop(self) -> None:
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop the threads and wait for them (bounded), so that nothing of this loop still
+        touches the database or Redis once stop() returns."""
         self.stopping.set()
         self._writes.put(None)
+        for t in self._threads:
+            if t is not threading.current_thread():
+                t.join(timeout_s)
 
     def deliver(self, kind: str, payload: dict) -> None:
         self.inbox.put((kind, payload))
