@@ -127,10 +127,13 @@
     msg.nodes.forEach(function (r) {
       var tr = existing[r.id] || newRow(r);
       updateRow(tr, r);
+      tr.dataset.live = "1";
       seen[r.id] = true;
     });
     Object.keys(existing).forEach(function (id) {
-      if (!seen[id]) existing[id].remove();
+      // Drop only rows the aggregator reported before (a retired node): a node registered
+      // since its last registry refresh keeps its server-rendered row until it appears.
+      if (!seen[id] && existing[id].dataset.live === "1") existing[id].remove();
     });
     apply();
   }

@@ -45,7 +45,7 @@ def test_fleet_pipeline_and_node_pages_are_live(stack, chromium, screenshots, vi
         sent = time.monotonic()
         publish_sample(probe.pk, f.verify_sample(power_w=432.0), token=token)
         page.wait_for_function(
-            "sel => document.querySelector(sel).textContent.includes('432 W')",
+            "sel => { const el = document.querySelector(sel); return !!el && el.textContent.includes('432 W'); }",
             arg=cell,
             timeout=2000,
         )
