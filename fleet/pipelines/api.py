@@ -14,6 +14,7 @@ from rest_framework.views import APIView
 
 from fleet.pipelines import selectors, services
 from fleet.pipelines.models import (
+    CONFIG_FIELDS,
     AuditEvent,
     DrafterKind,
     Pipeline,
@@ -43,17 +44,7 @@ class PipelineSerializer(serializers.ModelSerializer):
             "id",
             "name",
             "description",
-            "target_model",
-            "drafter_kind",
-            "draft_model",
-            "k_policy",
-            "max_verify_batch",
-            "max_batch_wait_ms",
-            "slo_itl_p99_ms",
-            "slo_ttft_p99_ms",
-            "power_budget_w",
-            "auto_mode",
-            "auto_bounds",
+            *CONFIG_FIELDS,
             "simulated",
             "version",
             "created_at",
