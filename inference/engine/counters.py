@@ -21,9 +21,13 @@ class SpecCounters:
     num_emitted_tokens: int = 0  # accepted + correction/bonus (+ prefill token)
     num_draft_steps: int = 0  # draft forward passes
     draft_time_s: float = 0.0
-    num_verify_steps: int = 0  # verify forward passes (prefill included)
+    num_verify_steps: int = 0  # verify forward passes (decoding steps; prefill apart)
     verify_time_s: float = 0.0
     verify_batch_sizes: dict[int, int] = field(default_factory=dict)  # size -> count
+    # prompt prefills (target and draft), kept apart so that a step time is a step's time
+    num_prefills: int = 0
+    num_prefill_tokens: int = 0
+    prefill_time_s: float = 0.0
 
     def record_round(self, n_draft: int, n_accepted: int, n_emitted: int) -> None:
         self.num_emitted_tokens += n_emitted
@@ -38,6 +42,11 @@ class SpecCounters:
     def record_draft_step(self, seconds: float, n: int = 1) -> None:
         self.num_draft_steps += n
         self.draft_time_s += seconds
+
+    def record_prefill(self, seconds: float, n_tokens: int) -> None:
+        self.num_prefills += 1
+        self.num_prefill_tokens += n_tokens
+        self.prefill_time_s += seconds
 
     def record_verify_step(self, seconds: float, batch_size: int) -> None:
         self.num_verify_steps += 1
@@ -59,7 +68,7 @@ class SpecCounters:
 
     def merge(self, other: SpecCounters) -> SpecCounters:
         """Add ``other`` into self (returns self)."""
-        for name in ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_emitted_tokens", "num_draft_steps", "draft_time_s", "num_verify_steps", "verify_time_s"):  # fmt: skip
+        for name in ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_emitted_tokens", "num_draft_steps", "draft_time_s", "num_verify_steps", "verify_time_s", "num_prefills", "num_prefill_tokens", "prefill_time_s"):  # fmt: skip
             setattr(self, name, getattr(self, name) + getattr(other, name))
         _add_at(self.num_accepted_tokens_per_pos, values=other.num_accepted_tokens_per_pos)
         _add_at(self.num_draft_tokens_per_pos, values=other.num_draft_tokens_per_pos)

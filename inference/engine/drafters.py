@@ -99,7 +99,7 @@ class ModelDrafter:
         pre = [(self.seqs[sid].slot, ids[:-1]) for sid, ids, _ in items if 1 < len(ids) <= self.cache.max_len]  # fmt: skip
         if pre:
             x, n = right_pad([p for _, p in pre], self.device)
-            self.model.hidden(x, self.cache, torch.tensor([s for s, _ in pre]), n)
+            self.model.hidden(x, self.cache, [s for s, _ in pre], n)
 
     @torch.no_grad()
     def propose(self, requests: list[tuple[SeqId, int]]) -> tuple[list[Draft], int]:
@@ -117,12 +117,12 @@ class ModelDrafter:
             else:
                 feed = [s.drafted[-1:] for s in rows]
             x, n = right_pad(feed, self.device)
-            slots = torch.tensor([s.slot for s in rows])
-            h = self.model.hidden(x, self.cache, slots, n)
-            logits = self.model.lm_head(
-                h[torch.arange(len(rows), device=h.device), n.to(h.device) - 1]
-            )
-            self._sample(rows, logits)
+            h = self.model.hidden(x, self.cache, [s.slot for s in rows], n)
+            if all(len(f) == x.shape[1] for f in feed):  # no padding: the last column
+                h = h[:, -1]
+            else:
+                h = h[torch.arange(len(rows), device=h.device), n.to(h.device) - 1]
+            self._sample(rows, self.model.logits(h))
             steps += 1
         out = []
         for sid, k in ks.items():
@@ -133,6 +133,10 @@ class ModelDrafter:
 
     def _sample(self, rows: list[_Seq], logits: torch.Tensor) -> None:
         params = [s.params for s in rows]
+        if all(p.greedy for p in params):  # no probabilities to send
+            for s, t in zip(rows, logits.argmax(-1).tolist(), strict=True):
+                s.drafted.append(t)
+            return
         probs = logits_to_probs(logits, params)
         tokens = probs.argmax(-1)
         sampled = [i for i, p in enumerate(params) if not p.greedy]

@@ -44,6 +44,21 @@ def check_compatible(draft_info: dict[str, Any], verify_info: dict[str, Any]) ->
         raise IncompatibleDrafter(f"draft tokenizer {dh} != target tokenizer {th}")
 
 
+def greedy_accept(logits: Tensor, drafts: list[list[int]]) -> tuple[list[int], list[int]]:
+    """The exact-match rule for an all-greedy batch, without probabilities: accept draft
+    tokens while each equals the target's argmax; the next token is the argmax after the
+    accepted prefix. Same result as ``rejection_sample`` on greedy rows, in one op."""
+    top = logits.argmax(-1).tolist()  # [B, K+1]
+    n_acc, nxt = [], []
+    for d, t in zip(drafts, top, strict=True):
+        n = 0
+        while n < len(d) and d[n] == t[n]:
+            n += 1
+        n_acc.append(n)
+        nxt.append(t[n])
+    return n_acc, nxt
+
+
 class DraftEngine:
     def __init__(self, drafter: ModelDrafter | NgramDrafter, tokenizer: Tokenizer | None = None):
         self.drafter = drafter
@@ -78,7 +93,7 @@ class DraftEngine:
         """``add`` for many sequences, prefilled in one batched forward."""
         t0 = time.perf_counter()
         self.drafter.add_many([(sid, list(ids), p) for sid, ids, p in items])
-        self.counters.record_draft_step(time.perf_counter() - t0, 0)
+        self.counters.record_prefill(time.perf_counter() - t0, sum(len(ids) for _, ids, _ in items))  # fmt: skip
         for sid, _, _ in items:
             self.seq_counters[sid] = SpecCounters()
 
@@ -187,16 +202,19 @@ class VerifyEngine:
             for s in seqs:
                 s.slot = self.cache.allocate()
             x, n = right_pad([p for _, p, _ in run], self.device)
-            h = self.model.hidden(x, self.cache, torch.tensor([s.slot for s in seqs]), n)
-            logits = self.model.lm_head(
+            h = self.model.hidden(x, self.cache, [s.slot for s in seqs], n)
+            logits = self.model.logits(
                 h[torch.arange(len(run), device=h.device), n.to(h.device) - 1]
             )
             params = [s.params for s in seqs]
-            first = sample(logits_to_probs(logits, params), params, [s.gen for s in seqs])
+            if all(pr.greedy for pr in params):
+                first = logits.argmax(-1)
+            else:
+                first = sample(logits_to_probs(logits, params), params, [s.gen for s in seqs])
             dt = time.perf_counter() - t0
-            self.counters.record_verify_step(dt, len(run))
-            for (sid, _, _), s, t in zip(run, seqs, first.tolist(), strict=True):
-                s.counters.record_verify_step(dt, len(run))
+            self.counters.record_prefill(dt, int(n.sum()))
+            for (sid, prompt, _), s, t in zip(run, seqs, first.tolist(), strict=True):
+                s.counters.record_prefill(dt, len(prompt))
                 out[sid] = self._emit(sid, s, [t], 0, 0)
         return [out[sid] for sid, _, _ in items]
 
@@ -229,13 +247,28 @@ class VerifyEngine:
 
     def _verify_rows(self, rows, out: dict[SeqId, VerifyResult]) -> None:
         t0 = time.perf_counter()
-        B, dev, V = len(rows), self.device, self.vocab_size
+        B = len(rows)
         K = max(len(d) for _, _, d, _ in rows)
         n_draft = torch.tensor([len(d) for _, _, d, _ in rows])
-        x = torch.tensor([[s.pending] + d + [0] * (K - len(d)) for _, s, d, _ in rows], device=dev)  # fmt: skip
-        slots = torch.tensor([s.slot for _, s, _, _ in rows])
+        x = torch.tensor([[s.pending] + d + [0] * (K - len(d)) for _, s, d, _ in rows], device=self.device)  # fmt: skip
+        slots = [s.slot for _, s, _, _ in rows]
         start = [self.cache.length(s.slot) for _, s, _, _ in rows]
         logits = self.model(x, self.cache, slots, n_draft + 1)  # [B, K+1, V]
+        params = [s.params for _, s, _, _ in rows]
+        if all(pr.greedy for pr in params):
+            n_acc, nxt = greedy_accept(logits, [d for _, _, d, _ in rows])
+        else:
+            n_acc, nxt = self._rejection(logits, rows, x, n_draft)
+        dt = time.perf_counter() - t0
+        self.counters.record_verify_step(dt, B)
+        for i, (sid, s, d, _) in enumerate(rows):
+            self.cache.rollback(s.slot, start[i] + 1 + n_acc[i])  # pending + accepted
+            s.counters.record_verify_step(dt, B)
+            out[sid] = self._emit(sid, s, d[: n_acc[i]] + [nxt[i]], n_acc[i], len(d))
+
+    def _rejection(self, logits: Tensor, rows, x: Tensor, n_draft: Tensor) -> tuple[list[int], list[int]]:  # fmt: skip
+        B, dev, V = len(rows), self.device, self.vocab_size
+        K = logits.shape[1] - 1
         params = [s.params for _, s, _, _ in rows]
         p = logits_to_probs(logits, params)
         q = None
@@ -252,13 +285,7 @@ class VerifyEngine:
                 noise[i] = exp_noise([s.gen], V, dev)[0]
         greedy = torch.tensor([pr.greedy for pr in params], device=dev)
         n_acc, nxt = rejection_sample(p, x[:, 1:], n_draft.to(dev), q, greedy, uniform, noise)
-        n_acc, nxt = n_acc.tolist(), nxt.tolist()
-        dt = time.perf_counter() - t0
-        self.counters.record_verify_step(dt, B)
-        for i, (sid, s, d, _) in enumerate(rows):
-            self.cache.rollback(s.slot, start[i] + 1 + n_acc[i])  # pending + accepted
-            s.counters.record_verify_step(dt, B)
-            out[sid] = self._emit(sid, s, d[: n_acc[i]] + [nxt[i]], n_acc[i], len(d))
+        return n_acc.tolist(), nxt.tolist()
 
     # -- stop conditions -------------------------------------------------------------------
     def _emit(self, sid: SeqId, s: _Seq, tokens: list[int], n_acc: int, n_draft: int) -> VerifyResult:  # fmt: skip

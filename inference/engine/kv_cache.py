@@ -87,16 +87,16 @@ class KVCache:
             raise CacheError(f"rollback to {new_length} > length {self._len[slot]}")
         self._len[slot] = new_length
 
-    def reserve(self, slots: torch.Tensor, n_new: torch.Tensor) -> torch.Tensor:
-        """Check that ``n_new`` tokens fit in each slot; return the start positions."""
-        start = [self._len[s] for s in slots.tolist()]
-        for s, a, n in zip(slots.tolist(), start, n_new.tolist(), strict=True):
+    def reserve(self, slots: list[int], n_new: list[int]) -> list[int]:
+        """Check that ``n_new[i]`` tokens fit in ``slots[i]``; return the start positions."""
+        start = [self._len[s] for s in slots]
+        for s, a, n in zip(slots, start, n_new, strict=True):
             if a + n > self.max_len:
                 raise CacheOverflow(f"slot {s}: {a} + {n} tokens exceed max_len {self.max_len}")
-        return torch.tensor(start)
+        return start
 
-    def advance(self, slots: torch.Tensor, n_new: torch.Tensor) -> None:
-        for s, n in zip(slots.tolist(), n_new.tolist(), strict=True):
+    def advance(self, slots: list[int], n_new: list[int]) -> None:
+        for s, n in zip(slots, n_new, strict=True):
             self._len[s] += n
 
     def _check(self, slot: int) -> None:

@@ -15,6 +15,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .config import ModelConfig
 from .kv_cache import KVCache
+from .linear import FusedLinear
 
 _SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
@@ -33,6 +34,8 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: Tensor) -> Tensor:
+        if x.dtype == torch.float32:  # one fused op; the same formula as below
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         h = x.float()
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * h.to(x.dtype)
@@ -63,6 +66,12 @@ def rotate_half(x: Tensor) -> Tensor:
     return torch.cat((-x2, x1), dim=-1)
 
 
+def apply_rope(x: Tensor, cos: Tensor, sin_signed: Tensor) -> Tensor:
+    """``x * cos + rotate_half(x) * sin`` in three ops: ``rotate_half(x) * sin`` equals
+    ``roll(x, d/2) * cat(-sin_1, sin_2)`` bit for bit (the two halves of sin are equal)."""
+    return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, dims=-1), sin_signed)
+
+
 class Attention(nn.Module):
     def __init__(self, c: ModelConfig, layer: int) -> None:
         super().__init__()
@@ -73,31 +82,28 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(c.hidden_size, self.n_kv * self.head_dim, bias=c.qkv_bias)
         self.v_proj = nn.Linear(c.hidden_size, self.n_kv * self.head_dim, bias=c.qkv_bias)
         self.o_proj = nn.Linear(self.n_heads * self.head_dim, c.hidden_size, bias=c.o_bias)
+        self.qkv = FusedLinear([self.q_proj, self.k_proj, self.v_proj])
+        self.out = FusedLinear([self.o_proj])
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, ctx: _CacheCtx | None) -> Tensor:
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, step: _Step | None) -> Tensor:
         B, T, _ = x.shape
-        q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim)
-        k = self.k_proj(x).view(B, T, self.n_kv, self.head_dim)
-        v = self.v_proj(x).view(B, T, self.n_kv, self.head_dim)
-        cos, sin = cos[:, :, None], sin[:, :, None]
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
-        if ctx is None:
-            k, v, mask, causal = k, v, None, True
+        nh, nkv = self.n_heads, self.n_kv
+        qkv = self.qkv(x).view(B, T, nh + 2 * nkv, self.head_dim)
+        qk = apply_rope(qkv[:, :, : nh + nkv], cos[:, :, None], sin[:, :, None])
+        q, k, v = qk[:, :, :nh], qk[:, :, nh:], qkv[:, :, nh + nkv :]
+        if step is None:
+            mask, causal = None, True
         else:
-            kc, vc = ctx.cache.k[self.layer], ctx.cache.v[self.layer]
-            kc[ctx.w_slot, ctx.w_pos] = k
-            vc[ctx.w_slot, ctx.w_pos] = v
-            k, v = kc[ctx.slots, : ctx.n_keys], vc[ctx.slots, : ctx.n_keys]
-            mask, causal = ctx.mask, False
+            k, v = step.write_read(self.layer, k, v)
+            mask, causal = step.mask, step.causal
         k, v = k.transpose(1, 2), v.transpose(1, 2)
-        if self.n_kv != self.n_heads:  # GQA by expansion: keeps the fused masked kernels usable
-            k = k.repeat_interleave(self.n_heads // self.n_kv, dim=1)
-            v = v.repeat_interleave(self.n_heads // self.n_kv, dim=1)
+        if nkv != nh:  # GQA by expansion: keeps the fused masked kernels usable
+            k = k.repeat_interleave(nh // nkv, dim=1)
+            v = v.repeat_interleave(nh // nkv, dim=1)
         y = F.scaled_dot_product_attention(
             q.transpose(1, 2), k, v, attn_mask=mask, is_causal=causal
         )
-        return self.o_proj(y.transpose(1, 2).reshape(B, T, -1))
+        return self.out(y.transpose(1, 2).reshape(B, T, -1))
 
 
 class MLP(nn.Module):
@@ -106,9 +112,12 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=c.mlp_bias)
         self.up_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=c.mlp_bias)
         self.down_proj = nn.Linear(c.intermediate_size, c.hidden_size, bias=c.mlp_bias)
+        self.gate_up = FusedLinear([self.gate_proj, self.up_proj])
+        self.down = FusedLinear([self.down_proj])
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_up(x).chunk(2, dim=-1)
+        return self.down(F.silu(gate) * up)
 
 
 class DecoderLayer(nn.Module):
@@ -119,8 +128,8 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, ctx: _CacheCtx | None) -> Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, ctx)
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, step: _Step | None) -> Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, step)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -132,21 +141,61 @@ class Backbone(nn.Module):
         self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
 
 
-class _CacheCtx:
-    """Per-forward indices shared by all layers: where to write, what to read, the mask."""
+class _Step:
+    """One cached forward, planned once on the host for all layers: where each row's new
+    K/V go, which cached keys each row reads, positions and the attention mask.
 
-    def __init__(self, cache: KVCache, slots: Tensor, n_valid: Tensor, T: int) -> None:
+    Fast paths (no index tensors, no gathers): one sequence without padding writes a slice
+    and reads a view; rows in consecutive slots read a view of the cache."""
+
+    def __init__(self, cache: KVCache, slots: list[int], n_valid: list[int], T: int) -> None:
         dev = cache.k[0].device
+        self.cache = cache
         start = cache.reserve(slots, n_valid)  # raises CacheOverflow before any write
-        t = torch.arange(T)
-        valid = t[None, :] < n_valid.cpu()[:, None]
-        self.positions = (start[:, None] + t[None, :]).to(dev)
-        self.cache, self.slots = cache, slots.to(dev)
-        self.w_slot = torch.where(valid, slots.cpu()[:, None], cache.scratch).to(dev)
-        self.w_pos = torch.where(valid, start[:, None] + t[None, :], t[None, :]).to(dev)
-        self.n_keys = int((start + n_valid.cpu()).max().clamp(min=1))
-        keys = torch.arange(self.n_keys, device=dev)
-        self.mask = (keys[None, None, :] <= self.positions[:, :, None])[:, None]
+        self.n_keys = max(max(a + n for a, n in zip(start, n_valid, strict=True)), 1)
+        self.end = max(start) + T  # past the largest position, padding included
+        B = len(slots)
+        dense = all(n == T for n in n_valid)
+        self.single = B == 1 and dense
+        self.first, self.start = slots[0], start[0]
+        consecutive = slots == list(range(slots[0], slots[0] + B))
+        self.rows = None if consecutive else torch.tensor(slots, device=dev)
+        if self.single:
+            self.pos_slice = (start[0], start[0] + T)
+            self.positions = None
+        else:
+            self.pos_slice = None
+            t = torch.arange(T)
+            start_t, n_t = torch.tensor(start), torch.tensor(n_valid)
+            valid = t[None, :] < n_t[:, None]
+            self.positions = (start_t[:, None] + t[None, :]).to(dev)
+            slots_t = torch.tensor(slots)
+            self.w_slot = torch.where(valid, slots_t[:, None], cache.scratch).to(dev)
+            self.w_pos = torch.where(valid, start_t[:, None] + t[None, :], t[None, :]).to(dev)
+        # masks: none for one new token of one sequence; causal from an empty cache
+        self.mask, self.causal = None, False
+        if self.single and T == 1:
+            pass
+        elif self.single and start[0] == 0:
+            self.causal = True
+        else:
+            keys = torch.arange(self.n_keys, device=dev)
+            pos = self.positions if self.positions is not None else torch.arange(start[0], start[0] + T, device=dev)[None]  # fmt: skip
+            self.mask = (keys[None, None, :] <= pos[:, :, None])[:, None]
+
+    def write_read(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        kc, vc = self.cache.k[layer], self.cache.v[layer]
+        if self.single:
+            a, b = self.pos_slice
+            kc[self.first, a:b] = k[0]
+            vc[self.first, a:b] = v[0]
+        else:
+            kc[self.w_slot, self.w_pos] = k
+            vc[self.w_slot, self.w_pos] = v
+        if self.rows is None:
+            B = k.shape[0]
+            return kc[self.first : self.first + B, : self.n_keys], vc[self.first : self.first + B, : self.n_keys]  # fmt: skip
+        return kc[self.rows, : self.n_keys], vc[self.rows, : self.n_keys]
 
 
 class Transformer(nn.Module):
@@ -158,6 +207,7 @@ class Transformer(nn.Module):
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         self.register_buffer("inv_freq", rope_inv_freq(config), persistent=False)
+        self.head = FusedLinear([self.lm_head])
         self.apply(self._init_weights)
 
     @staticmethod
@@ -167,34 +217,64 @@ class Transformer(nn.Module):
         if isinstance(m, nn.Linear) and m.bias is not None:
             nn.init.zeros_(m.bias)
 
+    def rope_tables(self, n: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """(cos, sin with its first half negated) for positions 0..n-1, [n, head_dim],
+        computed once per dtype (and again only when a longer one is needed)."""
+        key = (dtype, self.inv_freq.device, self.inv_freq.data_ptr(), self.inv_freq._version)
+        cached = getattr(self, "_rope", None)
+        if cached is None or cached[0] != key or cached[1].shape[0] < n:
+            n = max(n, self.config.max_position_embeddings)
+            freqs = torch.arange(n, device=self.inv_freq.device).float()[:, None] * self.inv_freq.float()  # fmt: skip
+            emb = torch.cat((freqs, freqs), dim=-1)
+            half = freqs.shape[-1]
+            cos, sin = emb.cos().to(dtype), emb.sin().to(dtype)
+            sin_signed = torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)
+            self._rope = cached = (key, cos, sin_signed)
+        return cached[1], cached[2]
+
     def hidden(
         self,
         tokens: Tensor,
         cache: KVCache | None = None,
-        slots: Tensor | None = None,
-        n_valid: Tensor | None = None,
+        slots: Tensor | list[int] | None = None,
+        n_valid: Tensor | list[int] | None = None,
     ) -> Tensor:
         """Final-norm hidden states [B, T, H]. See ``forward``."""
         B, T = tokens.shape
+        x = self.model.embed_tokens(tokens)
         if cache is None:
-            ctx, positions = None, torch.arange(T, device=tokens.device).expand(B, T)
+            step = None
+            cos, sin = self.rope_tables(T, x.dtype)
+            cos, sin = cos[None, :T], sin[None, :T]
         else:
             if slots is None:
                 raise ValueError("a cache needs slots")
-            slots = torch.as_tensor(slots, dtype=torch.long)
-            n_valid = torch.full((B,), T) if n_valid is None else torch.as_tensor(n_valid)
-            ctx = _CacheCtx(cache, slots, n_valid.long(), T)
-            positions = ctx.positions
-        freqs = positions[..., None].float() * self.inv_freq.float()
-        emb = torch.cat((freqs, freqs), dim=-1)
-        x = self.model.embed_tokens(tokens)
-        cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
-        with sdpa_kernel(_SDPA_BACKENDS):  # not cuDNN: it re-plans for every new key length
-            for layer in self.model.layers:
-                x = layer(x, cos, sin, ctx)
+            slots = slots.tolist() if isinstance(slots, Tensor) else list(slots)
+            if n_valid is None:
+                n_valid = [T] * B
+            else:
+                n_valid = n_valid.tolist() if isinstance(n_valid, Tensor) else list(n_valid)
+            step = _Step(cache, slots, n_valid, T)
+            if step.single:
+                a, b = step.pos_slice
+                cos, sin = self.rope_tables(b, x.dtype)
+                cos, sin = cos[None, a:b], sin[None, a:b]
+            else:
+                cos, sin = self.rope_tables(step.end, x.dtype)
+                cos, sin = cos[step.positions], sin[step.positions]
+        if x.device.type == "cuda":
+            with sdpa_kernel(_SDPA_BACKENDS):  # not cuDNN: it re-plans for every new key length
+                x = self._layers(x, cos, sin, step)
+        else:
+            x = self._layers(x, cos, sin, step)
         if cache is not None:
             cache.advance(slots, n_valid)
         return self.model.norm(x)
+
+    def _layers(self, x: Tensor, cos: Tensor, sin: Tensor, step: _Step | None) -> Tensor:
+        for layer in self.model.layers:
+            x = layer(x, cos, sin, step)
+        return x
 
     def forward(
         self,
@@ -211,4 +291,8 @@ class Transformer(nn.Module):
         real; the rest is right padding whose K/V go to a scratch slot and whose logits are
         meaningless.
         """
-        return self.lm_head(self.hidden(tokens, cache, slots, n_valid))
+        return self.logits(self.hidden(tokens, cache, slots, n_valid))
+
+    def logits(self, h: Tensor) -> Tensor:
+        """The head on final hidden states (one matmul, packed on CPU like the others)."""
+        return self.head(h)

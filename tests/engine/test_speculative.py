@@ -180,7 +180,7 @@ def test_draft_cache_smaller_than_target_degrades_to_plain_decoding(target):
     small = DraftEngine.from_model(target, n_slots=1, max_len=30)  # drafts until it is full
     gen = SpeculativeGenerator(_verify(target), small, k=4)
     assert gen.generate([PROMPTS8[-1]], GREEDY)[0].token_ids == ref
-    assert 0 < gen.counters.num_drafts < gen.counters.num_verify_steps - 1
+    assert 0 < gen.counters.num_drafts < gen.counters.num_verify_steps  # rounds without a draft
     tiny = DraftEngine.from_model(target, n_slots=1, max_len=8)  # the prompt never fits
     gen = SpeculativeGenerator(_verify(target), tiny, k=4)
     assert gen.generate([PROMPTS8[-1]], GREEDY)[0].token_ids == ref and gen.counters.num_drafts == 0
