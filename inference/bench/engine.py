@@ -65,6 +65,8 @@ class BenchConfig:
     # batch-1 decoding of models this small does not parallelize, and on a shared machine a
     # second thread mostly adds synchronisation stalls: one thread unless asked otherwise
     threads: int | None = 1
+    device: str = "cpu"
+    dtype: str = "float32"  # both engines; bfloat16 is what production serving runs
     seed: int = 0
     quick: bool = False
 
@@ -198,13 +200,29 @@ def ours_case(verify: VerifyEngine, draft: DraftEngine | None, k: int, prompts, 
 # -- Hugging Face ----------------------------------------------------------------------------
 
 
-def load_hf(path: Path):
+def load_hf(path: Path, device: str = "cpu", dtype: torch.dtype = torch.float32):
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()  # generate() warns about every non-default flag
-    m = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
-    return m.eval()
+    m = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+    return m.to(device).eval()
+
+
+def _device_name(device: str) -> str:
+    if torch.device(device).type == "cuda":
+        return torch.cuda.get_device_name(torch.device(device))
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")  # fmt: skip
+    except OSError:
+        model = ""
+    return f"CPU {model or platform.processor()}".strip()
+
+
+def _sync(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
 
 
 def _hf_gen_config(model, n: int, **extra):
@@ -234,11 +252,13 @@ def hf_case(
         if lookup:
             extra = {"prompt_lookup_num_tokens": lookup, "max_matching_ngram_size": ngram}
         gc = _hf_gen_config(model, n, **extra)
-        x = torch.tensor([prompt])
+        x = torch.tensor([prompt], device=model.device)
         kw = {"assistant_model": assistant} if assistant is not None else {}
         with torch.inference_mode():
+            _sync(model.device)
             t0 = time.perf_counter()
             out = model.generate(input_ids=x, attention_mask=torch.ones_like(x), generation_config=gc, **kw)  # fmt: skip
+            _sync(model.device)
             dt = time.perf_counter() - t0
         toks = out[0, x.shape[1] :].tolist()
         return Run(dt, len(toks), [toks])
@@ -345,14 +365,12 @@ def raw_forward_ms(model, T: int, context: int, n: int = 30) -> float:
     ``context`` tokens (batch 1): the model's share of a step, without the engine."""
     from inference.engine.kv_cache import KVCache
 
-    cache = KVCache(
-        model.config.num_hidden_layers, 1, context + T + 1, model.config.num_key_value_heads,
-        model.config.head_dim, dtype=next(model.parameters()).dtype,
-    )  # fmt: skip
+    cache = KVCache.for_model(model, 1, context + T + 1)
     slot = cache.allocate()
-    slots = torch.tensor([slot])
-    model(torch.zeros(1, context, dtype=torch.long), cache, slots)
-    x = torch.zeros(1, T, dtype=torch.long)
+    slots = [slot]
+    dev = cache.k[0].device
+    model(torch.zeros(1, context, dtype=torch.long, device=dev), cache, slots)
+    x = torch.zeros(1, T, dtype=torch.long, device=dev)
     ts = []
     for _ in range(n + 3):
         t0 = time.perf_counter()
@@ -427,6 +445,8 @@ def _run(cfg: BenchConfig, threads: int, log) -> dict[str, Any]:
     result: dict[str, Any] = {
         "config": {kk: (str(v) if isinstance(v, Path) else v) for kk, v in asdict(cfg).items()},
         "threads": threads,
+        "device": _device_name(cfg.device),
+        "dtype": cfg.dtype,
         "torch": torch.__version__,
         "python": platform.python_version(),
         "rows": rows,
@@ -438,8 +458,9 @@ def _run(cfg: BenchConfig, threads: int, log) -> dict[str, Any]:
     except ImportError:  # pragma: no cover - a test dependency
         result["transformers"] = None
 
-    target, tok = load_checkpoint(cfg.target_dir)
-    draft, dtok = load_checkpoint(cfg.draft_dir)
+    dtype = getattr(torch, cfg.dtype)
+    target, tok = load_checkpoint(cfg.target_dir, cfg.device, dtype)
+    draft, dtok = load_checkpoint(cfg.draft_dir, cfg.device, dtype)
     max_b = max(cfg.sweep_batches)
     n_prompts = max(cfg.reps, max_b)
     prompts = _prompts(cfg, n_prompts)
@@ -448,7 +469,7 @@ def _run(cfg: BenchConfig, threads: int, log) -> dict[str, Any]:
     )
     verify = VerifyEngine(target, tok, n_slots=max_b, max_len=max_len)
     dengine = DraftEngine.from_model(draft, dtok, n_slots=max_b, max_len=max_len)
-    hf_t, hf_d = load_hf(cfg.target_dir), load_hf(cfg.draft_dir)
+    hf_t, hf_d = (load_hf(d, cfg.device, dtype) for d in (cfg.target_dir, cfg.draft_dir))
 
     # -- batch 1: ours vs HF, plain and speculative ------------------------------------------
     log(f"demo pair, batch 1, {cfg.new_tokens} new tokens, k={k}, {cfg.reps} reps")
@@ -548,8 +569,9 @@ def _smol(cfg: BenchConfig, k: int, rows: list, log) -> dict[str, Any]:
         log(f"SmolLM2 rows skipped: {why}")
         return {"skipped": why}
     try:
-        model, tok = load_checkpoint(path)
-        hf = load_hf(path)
+        dtype = getattr(torch, cfg.dtype)
+        model, tok = load_checkpoint(path, cfg.device, dtype)
+        hf = load_hf(path, cfg.device, dtype)
     except Exception as e:
         log(f"SmolLM2 rows skipped: {type(e).__name__}: {e}")
         return {"skipped": f"{type(e).__name__}: {e}"}
@@ -680,7 +702,7 @@ def format_table(result: dict[str, Any]) -> str:
     if sweep:
         out.append("best k by measured tokens/s: " + ", ".join(f"B={e['batch']}: {'plain' if not e['best_k'] else 'k=' + str(e['best_k'])}" for e in sweep))  # fmt: skip
     out.append("targets: " + ", ".join(f"{k} {'OK' if v else 'MISSED'}" for k, v in result["targets"].items()))  # fmt: skip
-    out.append(f"({result['threads']} threads, torch {result['torch']}, transformers {result['transformers']}, {result['seconds']:.0f} s)")  # fmt: skip
+    out.append(f"({result['device']}, {result['dtype']}, {result['threads']} threads, torch {result['torch']}, transformers {result['transformers']}, {result['seconds']:.0f} s)")  # fmt: skip
     return "\n".join(out)
 
 

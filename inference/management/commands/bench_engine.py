@@ -27,10 +27,15 @@ class Command(BaseCommand):
         parser.add_argument(
             "--threads", type=int, default=1, help="torch threads, both engines (default 1)"
         )
+        parser.add_argument("--device", default="cpu", help="cpu or cuda[:N] (both engines)")
+        parser.add_argument(
+            "--dtype", default="float32", choices=["float32", "bfloat16"], help="both engines"
+        )
 
     def handle(
-        self, *args, json_path, quick, models, k, reps, new_tokens, no_smol, threads, **opts
-    ):
+        self, *args, json_path, quick, models, k, reps, new_tokens, no_smol, threads, device,
+        dtype, **opts,
+    ):  # fmt: skip
         from inference.bench.engine import BenchConfig, format_table, run_bench, write_json
 
         models_dir = Path(models) if models else Path(settings.DATA_DIR) / "models"
@@ -39,7 +44,7 @@ class Command(BaseCommand):
             raise CommandError(
                 f"no demo pair in {models_dir}: run `manage.py train_demo_pair` first"
             )
-        cfg = BenchConfig(target_dir=target, draft_dir=draft, models_dir=models_dir, k=k, threads=threads, smol=not no_smol)  # fmt: skip
+        cfg = BenchConfig(target_dir=target, draft_dir=draft, models_dir=models_dir, k=k, threads=threads, smol=not no_smol, device=device, dtype=dtype)  # fmt: skip
         if quick:
             cfg = cfg.quick_variant()
         if reps:
