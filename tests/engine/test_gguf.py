@@ -122,3 +122,18 @@ def test_smollm2_gguf_converts_and_matches_transformers(tmp_path):
     hf = transformers.LlamaForCausalLM.from_pretrained(out, torch_dtype=torch.float32).eval()
     x = torch.tensor([prompt])
     assert (model(x) - hf(x).logits).abs().max() <= 1e-3
+    # a longer continuation, plain and with the n-gram drafter: every token is transformers'
+    # own argmax on the same prefix (teacher forcing), so no cache or position drift
+    from inference.engine.engines import DraftEngine
+    from inference.engine.generator import SpeculativeGenerator
+
+    src = "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a * b\n"
+    prompt = tok.encode(tok.chat_prompt([{"role": "user", "content": f"Add docstrings:\n```python\n{src}```"}]))  # fmt: skip
+    params = SamplingParams(temperature=0, max_tokens=96, ignore_eos=True)
+    plain = generate(VerifyEngine(model, tok, n_slots=1, max_len=256), [prompt], params)[0]
+    spec = SpeculativeGenerator(VerifyEngine(model, tok, n_slots=1, max_len=256), DraftEngine.ngram(), k=4)  # fmt: skip
+    assert spec.generate([prompt], params)[0].token_ids == plain.token_ids
+    logits = hf(torch.tensor([prompt + plain.token_ids])).logits[0, len(prompt) - 1 : -1]
+    top2 = logits.topk(2, -1).values
+    for i, t in enumerate(plain.token_ids):  # allow only a genuine near-tie to go either way
+        assert logits[i, t] >= top2[i, 0] - 1e-4 or top2[i, 0] - top2[i, 1] < 1e-4, i
