@@ -239,7 +239,7 @@ class GenerationListCreate(generics.ListCreateAPIView):
             )
         except services.NoCapacity as exc:
             raise NoCapacityError(str(exc) or None) from exc
-        generation = generations().get(pk=generation.pk)
+        # The row as written: its pipeline, user and pair are already on it (no re-read).
         body = GenerationSerializer(generation, context={"request": request}).data
         return Response(
             body, status=status.HTTP_201_CREATED, headers={"Location": body["links"]["self"]}

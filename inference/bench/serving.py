@@ -41,6 +41,15 @@ def _pct(values: list[float], q: float) -> float | None:
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
+def _proc_cpu_s(pid: int) -> float:
+    """user + system CPU seconds of a process (all its threads), from /proc."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 # --- the outer process: a private data dir + Redis, then the bench itself in a child ---------
 
 
@@ -57,6 +66,7 @@ def run(argv: list[str], *, models: Path, log=print) -> int:
             "TANDEM_BENCH_CHILD": "1",
             "TANDEM_HEARTBEAT_PERIOD_S": "1",
             "LOG_LEVEL": "WARNING",
+            "TANDEM_BENCH_REDIS_PID": str(redis.process.pid if redis.process else ""),
         }
         env.pop("DATABASE_URL", None)
         try:
@@ -76,12 +86,14 @@ class Stack:
 
     def __init__(self, log):
         self.procs: list[subprocess.Popen] = []
+        self.names: list[str] = []
         self.log = log
         self.logdir = Path(os.environ["TANDEM_DATA_DIR"]) / "logs"
         self.logdir.mkdir(exist_ok=True)
 
     def spawn(self, name: str, argv: list[str], env: dict | None = None) -> None:
         out = open(self.logdir / f"{name}.log", "w")
+        self.names.append(name)
         self.procs.append(
             subprocess.Popen(
                 argv,
@@ -103,6 +115,16 @@ class Stack:
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait(5)
+
+    def cpu_s(self) -> dict[str, float]:
+        """CPU seconds used so far by each process of the stack, this one (the clients)
+        and Redis: where the machine's cores go during a run."""
+        pids = dict(zip(self.names, (p.pid for p in self.procs), strict=True))
+        if os.environ.get("TANDEM_BENCH_REDIS_PID"):
+            pids["redis"] = int(os.environ["TANDEM_BENCH_REDIS_PID"])
+        out = {name: _proc_cpu_s(pid) for name, pid in pids.items()}
+        out["clients"] = time.process_time()
+        return out
 
     def tail(self) -> str:
         return "\n".join(
@@ -304,7 +326,10 @@ def bench(*, models: Path, ns: list[int], requests_per_client: int, max_tokens: 
                 ]
                 time.sleep(1.2)  # the workers refresh their inspection figures each second
                 before = {r: node_inspect(nodes[r][0].pk)["stats"] for r in nodes}
+                cpu0 = stack.cpu_s()
                 res = _drive(base, key, prompts, max_tokens)
+                cpu1 = stack.cpu_s()
+                res["cpu_s"] = {k: round(cpu1[k] - cpu0[k], 2) for k in cpu1}
                 time.sleep(1.2)
                 after = {r: node_inspect(nodes[r][0].pk)["stats"] for r in nodes}
                 for r in nodes:  # share of the wall time each worker spent in forward passes
@@ -339,6 +364,8 @@ def bench(*, models: Path, ns: list[int], requests_per_client: int, max_tokens: 
                 res["greedy_identical"] = f"{same}/{len(rows)}"
                 report[f"{mode}_n{n}"] = res
                 log(_line(mode, n, res))
+                log(f"      CPU seconds during the run (wall {res['wall_s']:.2f} s): "
+                    + " ".join(f"{k} {v:.2f}" for k, v in res["cpu_s"].items()))  # fmt: skip
                 for r in nodes:
                     log(f"      {r:6s} loop time by phase (share of wall): "
                         + " ".join(f"{k} {v:.2f}" for k, v in res[f"{r}_phase_frac"].items()))  # fmt: skip

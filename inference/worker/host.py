@@ -106,7 +106,7 @@ class BaseLoop:
         self.inbox.put((kind, payload))
 
     def _listen(self) -> None:
-        """Round messages (drafts, draft_start, results) from this node's Redis list."""
+        """Hot-path messages (start, drafts, draft_start, results) from this node's Redis list."""
         while not self.stopping.is_set():
             try:
                 for kind, payload in messaging.receive(self.node_id, timeout_s=1.0):

@@ -1,14 +1,16 @@
 """Messages to node workers. JSON only; the payload names generations by id.
 
-Control messages -- start, cancel, config (to either role) -- go through the broker: one
-Celery task, `tandem.node.message`, on the node's own queue `node.<id>`.
+Control messages -- cancel, config (to either role) -- go through the broker: one Celery
+task, `tandem.node.message`, on the node's own queue `node.<id>`.
 
-Round messages -- drafts (to a verifier), draft_start and results (to a drafter) -- are on
-the hot path of every round, so they skip Celery: one RPUSH onto the node's Redis list
-`tandem:node:<id>:rounds`, read with BLPOP by the node's listener thread straight into
-its engine loop's inbox. Reordering between the two channels is safe: a start always
-precedes its round messages (the verifier sends draft_start after handling the start), and
-attempt tombstones drop round messages of ended attempts.
+Messages on the hot path of every request or round -- start (to a verifier), drafts (to a
+verifier), draft_start and results (to a drafter) -- skip Celery: one RPUSH onto the node's
+Redis list `tandem:node:<id>:rounds`, read with BLPOP by the node's listener thread straight
+into its engine loop's inbox (publishing a Celery task costs the web process milliseconds of
+CPU per request). Reordering between the two channels is safe: a start precedes its round
+messages (the verifier sends draft_start after prefilling it), a cancel that overtakes its
+start leaves a tombstone that drops the start, and attempt tombstones drop round messages
+of ended attempts.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import json
 from typing import Any
 
 TASK = "tandem.node.message"
-ROUND_KINDS = frozenset({"drafts", "draft_start", "results"})
+ROUND_KINDS = frozenset({"start", "drafts", "draft_start", "results"})
 ROUND_TTL_S = 3600  # an idle node's list does not live forever
 
 

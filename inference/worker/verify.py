@@ -1,6 +1,11 @@
 """The verifier's loop: prefill new sequences, gather drafts from drafters up to the
 pipeline's max_verify_batch or max_batch_wait_ms, verify them in ONE forward pass, stream
-the accepted tokens, and send each drafter ONE message with its results."""
+the accepted tokens, and send each drafter ONE message with its results.
+
+A start is claimed in the database (queued -> running) on the persister thread, not in a
+round: the claim comes back as a `claimed` message and the claimed starts that gathered
+meanwhile are prefilled together at the next step. Database writes (claims, first tokens,
+finishes) stay in order on that one thread, so a finish never overtakes its claim."""
 
 from __future__ import annotations
 
@@ -10,6 +15,8 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+
+from django.db import close_old_connections
 
 from inference import services, streams
 from inference.worker.detok import Detokenizer
@@ -49,7 +56,8 @@ class VerifyLoop(BaseLoop):
         self.tokenizer = engine.tokenizer
         self.seqs: dict[str, VSeq] = {}
         self.pending: dict[str, tuple[list[int], object, float]] = {}  # gen -> draft, arrival
-        self.starts: list[dict] = []
+        self.starts: list[dict] = []  # not yet claimed
+        self.claimed: list[dict] = []  # claimed, to prefill at the next step
         self.sent_at: dict[str, float] = {}  # gen -> when its results went to the drafter
         self.turnaround: float | None = None  # drafter round trip (EMA, seconds)
 
@@ -57,6 +65,8 @@ class VerifyLoop(BaseLoop):
     def handle(self, kind: str, p: dict) -> None:
         if kind == "start":
             self.starts.append(p)
+        elif kind == "claimed":  # from the persister thread
+            self.claimed.extend(p["starts"])
         elif kind == "drafts":
             from inference.engine.messages import Draft
 
@@ -84,6 +94,9 @@ class VerifyLoop(BaseLoop):
     def drop(self, gid: str, attempt: float = FINAL) -> None:
         self.tombstones.add(gid, attempt)
         self.starts = [s for s in self.starts if not self.tombstones.blocks(s["gen"], s["attempt"])]
+        self.claimed = [
+            s for s in self.claimed if not self.tombstones.blocks(s["gen"], s["attempt"])
+        ]
         seq = self.seqs.get(gid)
         if seq is not None and seq.attempt <= attempt:
             self.seqs.pop(gid)
@@ -106,6 +119,9 @@ class VerifyLoop(BaseLoop):
         phase("handle", t0 - t1)
         if self.starts:
             starts, self.starts = self.starts, []
+            self._claim_later(starts)
+        if self.claimed:
+            starts, self.claimed = self.claimed, []
             self._start(starts)
             t1 = time.perf_counter()
             phase("start", t1 - t0)
@@ -147,29 +163,41 @@ class VerifyLoop(BaseLoop):
         return out
 
     # -- prefill -------------------------------------------------------------------------------------
-    def _start(self, starts: list[dict]) -> None:
-        starts = [
+    def _fresh(self, starts: list[dict]) -> list[dict]:
+        return [
             p
             for p in starts
             if not self.tombstones.blocks(p["gen"], p["attempt"]) and p["gen"] not in self.seqs
         ]
-        if not starts:
-            return
+
+    def _claim_later(self, starts: list[dict]) -> None:
+        starts = self._fresh(starts)
+        if starts:
+            self.later(self._claim, starts)
+
+    def _claim(self, starts: list[dict]) -> None:
+        """On the persister thread: claim the rows, hand the claimed starts to the loop."""
         t0 = time.perf_counter()
         try:
-            claimed = self._claim(starts)
-            self.stats.add_phase("start_claim", time.perf_counter() - t0)
-        except Exception:  # the database is busy or away: try again next step, lose nothing
+            claimed = services.generations_claim(starts=[(p["gen"], p["attempt"]) for p in starts])
+        except Exception:  # the database is busy or away: try again, lose nothing
             logger.exception(
                 "verifier %s: claiming %d starts failed; retrying", self.node_id, len(starts)
             )
-            self.starts.extend(starts)
+            close_old_connections()
             time.sleep(0.2)
+            for p in starts:
+                self.deliver("start", p)
+            return
+        self.stats.add_phase("persist_claim", time.perf_counter() - t0)
+        self.deliver("claimed", {"starts": [p for p in starts if p["gen"] in claimed]})
+
+    def _start(self, starts: list[dict]) -> None:
+        starts = self._fresh(starts)
+        if not starts:
             return
         items, infos = [], []
         for p in starts:
-            if p["gen"] not in claimed:
-                continue
             prev_tokens, sent = self._resume_state(p) if p["attempt"] > 1 else ([], "")
             params = sampling_params(p["params"], already=len(prev_tokens))
             detok = Detokenizer(self.tokenizer, stop=params.stop, prefix_ids=prev_tokens, sent=sent)
@@ -204,9 +232,6 @@ class VerifyLoop(BaseLoop):
         for drafter, seqs in drafter_starts.items():
             self.send(drafter, "draft_start", {"verifier": self.node_id, "seqs": seqs})
         self._inspect_dirty = True
-
-    def _claim(self, starts: list[dict]) -> set[str]:
-        return services.generations_claim(starts=[(p["gen"], p["attempt"]) for p in starts])
 
     @staticmethod
     def _resume_state(p: dict) -> tuple[list[int], str]:
