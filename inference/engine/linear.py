@@ -11,7 +11,8 @@ single fp32 row through them is fastest as ``x @ W.T`` with ``W.T`` stored conti
 
 The derived weights come from the layers' own parameters and are rebuilt when any of them
 changes (a new tensor, or an in-place update that bumps ``_version``), so training,
-``load_state_dict`` and ``.to()`` never leave them stale. With autograd on, none is used.
+``load_state_dict`` and ``.to()`` never leave them stale. With autograd or autocast on (training,
+evaluation under autocast) the plain ``F.linear`` runs, so autocast still casts its inputs.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ class FusedLinear:
         key = tuple((w.data_ptr(), w._version) for m in self.layers for w in (m.weight, m.bias) if w is not None)  # fmt: skip
         if key != self._key:
             self._build(key)
-        if x.device.type == "cpu":
+        if x.device.type == "cpu" and x.dtype == self.weight.dtype and not torch.is_autocast_enabled("cpu"):  # fmt: skip
             one_row = x.numel() == x.shape[-1]
             if self.packable and (not one_row or self.weight.numel() >= PACK_MIN_NUMEL_ONE_ROW):
                 if self._packed is None:

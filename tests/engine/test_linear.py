@@ -68,3 +68,15 @@ def test_model_load_state_dict_after_use_is_seen():
     a(x)  # derive a's weights
     a.load_state_dict(b.state_dict())
     assert (a(x) - b(x)).abs().max() < 1e-5
+
+
+@torch.no_grad()
+def test_autocast_evaluation_takes_the_plain_path():
+    layers = _layers(True)
+    fused = FusedLinear(layers)
+    x = torch.randn(1, 5, 512)
+    fused(x)  # packed weights exist
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = fused(x.bfloat16())  # as in the trainer's evaluation passes
+    assert y.dtype == torch.bfloat16
+    assert (y.float() - torch.cat([m(x) for m in layers], -1)).abs().max() < 0.1
