@@ -4,13 +4,15 @@ in-process engine, and a config message changes k between rounds."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
+from django.db import OperationalError
 from django.utils import timezone
 
 from fleet.pipelines.models import Pipeline
-from inference import services
+from inference import services, streams
 from inference.engine.engines import DraftEngine, VerifyEngine
 from inference.engine.generator import SpeculativeGenerator
 from inference.engine.loading import load_checkpoint
@@ -92,3 +94,50 @@ def test_loops_reproduce_the_engine(kind, transactional_db, tmp_path, wired):
         assert g.counters["num_drafts"] == 0  # no draft tokens were verified
     else:
         assert not any(g.drafter_id for g in gens)
+
+
+def test_verifier_claims_off_the_loop_retries_a_failed_claim_and_skips_ended_rows(
+    transactional_db, tmp_path, wired, monkeypatch
+):
+    """Claims run on the persister thread (never in a round); a claim that fails (database
+    away) is retried and its generations still finish; a start whose row ended before the
+    claim is never prefilled."""
+    target, draft = write_pair(tmp_path)
+    pipeline, nodes = make_pipeline("claims", target, draft, kind="none", max_batch_wait_ms=5)
+    real_claim, threads, calls = services.generations_claim, [], []
+
+    def claim(**kwargs):
+        threads.append(threading.current_thread().name)
+        calls.append(kwargs["starts"])
+        if len(calls) == 1:
+            raise OperationalError("database is locked")
+        return real_claim(**kwargs)
+
+    monkeypatch.setattr(services, "generations_claim", claim)
+    _run(pipeline, nodes, wired, "none")
+    verifier_node = next(n for n, r, _ in nodes if r == "verify")
+    verifier = wired[verifier_node.pk]
+    ps = prompts(3, seed=9)
+    params = {"temperature": 0, "max_tokens": 12}
+    gens = [services.generation_submit(pipeline=pipeline, prompt="", prompt_tokens=p,
+                                       params=params, user=None) for p in ps]  # fmt: skip
+    streamed = wait_done([g.pk for g in gens], timeout=60)
+    tm, tok = load_checkpoint(target)
+    want = SpeculativeGenerator(VerifyEngine(tm, tok, n_slots=3)).generate(
+        ps, SamplingParams(temperature=0, max_tokens=12)
+    )
+    assert [tokens_of(streamed[str(g.pk)]) for g in gens] == [o.token_ids for o in want]
+    assert len(calls) >= 2 and set(threads) == {"verify-persist"}
+    # a row cancelled before its start is claimed: nothing is prefilled or streamed
+    ended = Generation.objects.create(pipeline=pipeline, prompt_tokens=ps[0], params=params,
+                                      verifier=verifier_node, attempts=1, state="cancelled")  # fmt: skip
+    verifier.deliver("start", services.start_payload(ended))
+    n_calls = len(calls)
+    deadline = time.monotonic() + 10
+    while len(calls) == n_calls:  # the redelivered start was claimed (and refused)
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    verifier.flush_writes()
+    time.sleep(0.3)  # a prefill, had there been one, would have happened by now
+    assert not tokens_of([e for _, e in streams.read_all(ended.pk)])
+    assert verifier.slots()["slots_used"] == 0 and str(ended.pk) not in verifier.seqs
