@@ -286,6 +286,29 @@ def _stream_principal(request, token: str | None):
     return user_for_api_key(token) if token and token.startswith("tdm_") else None
 
 
+def _stream_refusal(request, generation_id) -> JsonResponse | None:
+    """Authentication, permission and existence checks of a stream request, in one hop to
+    the sync thread (which every POST shares): None when the stream may be served."""
+    token = bearer_token(request)
+    if token is not None:
+        user = _stream_principal(request, token)
+        if user is None:
+            return JsonResponse({"detail": "Invalid or revoked API key."}, status=401)
+    else:
+        user = request.user
+        if not user.is_authenticated:
+            return JsonResponse(
+                {"detail": "Authentication credentials were not provided."}, status=401
+            )
+    if not can(user, "view"):
+        return JsonResponse(
+            {"detail": "You do not have permission to perform this action."}, status=403
+        )
+    if not Generation.objects.filter(pk=generation_id).exists():
+        return JsonResponse({"detail": "No Generation matches the given query."}, status=404)
+    return None
+
+
 def _sse_event(entry_id: str, event: dict) -> bytes:
     payload = json.dumps(event, separators=(",", ":"))
     return f"id: {entry_id}\nevent: {event.get('type', 'message')}\ndata: {payload}\n\n".encode()
@@ -296,23 +319,9 @@ async def generation_stream(request, generation_id):
     event type, `id:` its stream id; send `Last-Event-ID` to resume). Ends after done/error."""
     if request.method != "GET":
         return JsonResponse({"detail": f'Method "{request.method}" not allowed.'}, status=405)
-    token = bearer_token(request)
-    if token is not None:
-        user = await sync_to_async(_stream_principal)(request, token)
-        if user is None:
-            return JsonResponse({"detail": "Invalid or revoked API key."}, status=401)
-    else:
-        user = await request.auser()
-        if not user.is_authenticated:
-            return JsonResponse(
-                {"detail": "Authentication credentials were not provided."}, status=401
-            )
-    if not await sync_to_async(can)(user, "view"):
-        return JsonResponse(
-            {"detail": "You do not have permission to perform this action."}, status=403
-        )
-    if not await Generation.objects.filter(pk=generation_id).aexists():
-        return JsonResponse({"detail": "No Generation matches the given query."}, status=404)
+    refusal = await sync_to_async(_stream_refusal)(request, generation_id)
+    if refusal is not None:
+        return refusal
     last_id = request.headers.get("Last-Event-ID") or "0"
 
     async def events():
