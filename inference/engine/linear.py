@@ -39,6 +39,12 @@ def _pack(weight: Tensor) -> Tensor | None:
 
 # Below these sizes a packed call's fixed cost outweighs its gain. One row is a GEMV, which
 # ``x @ W.T`` does well while the weights stay in cache; larger models stream them from memory.
+def stamp(t: Tensor) -> tuple[int, int]:
+    """Changes when ``t`` is replaced or updated in place (inference tensors, made under
+    ``inference_mode``, cannot be updated in place and have no version counter)."""
+    return t.data_ptr(), 0 if t.is_inference() else t._version
+
+
 PACK_MIN_NUMEL = 1 << 16
 PACK_MIN_NUMEL_ONE_ROW = 1 << 17
 
@@ -54,7 +60,7 @@ class FusedLinear:
         if torch.is_grad_enabled():  # training: differentiable, unfused
             return torch.cat([m(x) for m in self.layers], dim=-1)
         # parameters are looked up each call: load_state_dict(assign=True) replaces them
-        key = tuple((w.data_ptr(), w._version) for m in self.layers for w in (m.weight, m.bias) if w is not None)  # fmt: skip
+        key = tuple(stamp(w) for m in self.layers for w in (m.weight, m.bias) if w is not None)
         if key != self._key:
             self._build(key)
         if x.device.type == "cpu" and x.dtype == self.weight.dtype and not torch.is_autocast_enabled("cpu"):  # fmt: skip
@@ -73,7 +79,8 @@ class FusedLinear:
         return F.linear(x, self.weight, self.bias)
 
     def _build(self, key: tuple) -> None:
-        with torch.no_grad():
+        # normal tensors, not inference tensors, even when built under inference_mode
+        with torch.inference_mode(False), torch.no_grad():
             ws = [m.weight for m in self.layers]
             self.weight = ws[0].detach() if len(ws) == 1 else torch.cat(ws).contiguous()
             biases = [m.bias for m in self.layers]

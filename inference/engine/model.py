@@ -15,7 +15,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .config import ModelConfig
 from .kv_cache import KVCache
-from .linear import FusedLinear
+from .linear import FusedLinear, stamp
 
 _SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
@@ -220,17 +220,21 @@ class Transformer(nn.Module):
     def rope_tables(self, n: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """(cos, sin with its first half negated) for positions 0..n-1, [n, head_dim],
         computed once per dtype (and again only when a longer one is needed)."""
-        key = (dtype, self.inv_freq.device, self.inv_freq.data_ptr(), self.inv_freq._version)
+        key = (dtype, self.inv_freq.device, stamp(self.inv_freq))
         cached = getattr(self, "_rope", None)
         if cached is None or cached[0] != key or cached[1].shape[0] < n:
-            n = max(n, self.config.max_position_embeddings)
-            freqs = torch.arange(n, device=self.inv_freq.device).float()[:, None] * self.inv_freq.float()  # fmt: skip
-            emb = torch.cat((freqs, freqs), dim=-1)
-            half = freqs.shape[-1]
-            cos, sin = emb.cos().to(dtype), emb.sin().to(dtype)
-            sin_signed = torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)
-            self._rope = cached = (key, cos, sin_signed)
+            self._rope = cached = (key, *self._build_rope(max(n, self.config.max_position_embeddings), dtype))  # fmt: skip
         return cached[1], cached[2]
+
+    # normal tensors even when first asked for under inference_mode: training reuses them
+    @torch.inference_mode(False)
+    @torch.no_grad()
+    def _build_rope(self, n: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        freqs = torch.arange(n, device=self.inv_freq.device).float()[:, None] * self.inv_freq.float()  # fmt: skip
+        emb = torch.cat((freqs, freqs), dim=-1)
+        half = freqs.shape[-1]
+        cos, sin = emb.cos().to(dtype), emb.sin().to(dtype)
+        return cos, torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)
 
     def hidden(
         self,

@@ -80,3 +80,15 @@ def test_autocast_evaluation_takes_the_plain_path():
         y = fused(x.bfloat16())  # as in the trainer's evaluation passes
     assert y.dtype == torch.bfloat16
     assert (y.float() - torch.cat([m(x) for m in layers], -1)).abs().max() < 0.1
+
+
+def test_inference_mode_then_training_then_inference_mode_model():
+    m = tiny_model(0)
+    x = torch.randint(0, 64, (2, 8))
+    with torch.inference_mode():
+        ref = m(x)  # derived weights and rope tables first built here
+    m.train()
+    m(x).sum().backward()  # must not meet an inference tensor
+    with torch.inference_mode():
+        m2 = tiny_model(0)  # a model built under inference_mode: no version counters
+        assert (m2(x) - ref).abs().max() < 1e-5
