@@ -29,6 +29,8 @@ class DraftLoop(BaseLoop):
             self._add(p)
         elif kind == "results":
             self._commit(p["verifier"], p["results"])
+            if p.get("seqs"):  # new sequences of the same verifier, drafted with this group
+                self._add(p)
         elif kind == "cancel":
             self.drop(p["gen"], p.get("attempt", FINAL))
         elif kind == "config":

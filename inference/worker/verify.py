@@ -5,7 +5,12 @@ the accepted tokens, and send each drafter ONE message with its results.
 A start is claimed in the database (queued -> running) on the persister thread, not in a
 round: the claim comes back as a `claimed` message and the claimed starts that gathered
 meanwhile are prefilled together at the next step. Database writes (claims, first tokens,
-finishes) stay in order on that one thread, so a finish never overtakes its claim."""
+finishes) stay in order on that one thread, so a finish never overtakes its claim.
+
+A new sequence joins its drafter's running group: while the drafter has sequences in flight
+here, the new sequence's draft_start rides along with their next results (one message), so
+the drafter drafts it in the same batch as the rest and the verify batches stay large
+instead of splitting into groups that drift apart."""
 
 from __future__ import annotations
 
@@ -59,6 +64,7 @@ class VerifyLoop(BaseLoop):
         self.starts: list[dict] = []  # not yet claimed
         self.claimed: list[dict] = []  # claimed, to prefill at the next step
         self.sent_at: dict[str, float] = {}  # gen -> when its results went to the drafter
+        self.deferred: dict[int, list[dict]] = defaultdict(list)  # drafter -> draft_starts
         self.turnaround: float | None = None  # drafter round trip (EMA, seconds)
 
     # -- messages -------------------------------------------------------------------------------
@@ -129,6 +135,7 @@ class VerifyLoop(BaseLoop):
         ready = self._ready()
         if ready and self._gather_for(max_batch, wait_s) == 0.0:
             self._verify(ready[:max_batch])
+        self._flush_deferred()
         phase("verify_round", time.perf_counter() - t0)
 
     def _gather_for(self, max_batch: int, wait_s: float) -> float:
@@ -230,8 +237,36 @@ class VerifyLoop(BaseLoop):
         events = self._emit(results, drafter_starts=drafter_starts, items=items)
         streams.publish_many(events)
         for drafter, seqs in drafter_starts.items():
-            self.send(drafter, "draft_start", {"verifier": self.node_id, "seqs": seqs})
+            for s in seqs:
+                self.sent_at.pop(s["gen"], None)  # set when the draft_start really goes out
+            self.deferred[drafter].extend(seqs)
+        self._flush_deferred()
         self._inspect_dirty = True
+
+    def _in_flight(self, drafter: int) -> bool:
+        """Whether sequences of this drafter are out for drafting or have drafts waiting to
+        be verified: either way results go to that drafter soon."""
+        return any(
+            self.seqs[g].drafter == drafter
+            for g in (*self.sent_at, *self.pending)
+            if g in self.seqs
+        )
+
+    def _take_deferred(self, drafter: int) -> list[dict]:
+        seqs = [s for s in self.deferred.pop(drafter, []) if s["gen"] in self.seqs]
+        now = time.monotonic()
+        for s in seqs:
+            self.sent_at[s["gen"]] = now
+        return seqs
+
+    def _flush_deferred(self) -> None:
+        """Send the draft_starts that no results message will carry soon (nothing of their
+        drafter is in flight, so waiting would only stall them)."""
+        for drafter in list(self.deferred):
+            if not self._in_flight(drafter):
+                seqs = self._take_deferred(drafter)
+                if seqs:
+                    self.send(drafter, "draft_start", {"verifier": self.node_id, "seqs": seqs})
 
     @staticmethod
     def _resume_state(p: dict) -> tuple[list[int], str]:
@@ -263,7 +298,11 @@ class VerifyLoop(BaseLoop):
         events = self._emit(results, by_drafter=by_drafter)
         t2 = time.perf_counter()
         for drafter, rs in by_drafter.items():  # the drafter first: it is waiting
-            self.send(drafter, "results", {"verifier": self.node_id, "results": rs})
+            payload = {"verifier": self.node_id, "results": rs}
+            if seqs := self._take_deferred(drafter):
+                payload["seqs"] = seqs  # new sequences join this group's next draft batch
+            self.send(drafter, "results", payload)
+        self._flush_deferred()
         t3 = time.perf_counter()
         streams.publish_many(events)
         phase = self.stats.add_phase

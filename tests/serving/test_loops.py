@@ -141,3 +141,37 @@ def test_verifier_claims_off_the_loop_retries_a_failed_claim_and_skips_ended_row
     time.sleep(0.3)  # a prefill, had there been one, would have happened by now
     assert not tokens_of([e for _, e in streams.read_all(ended.pk)])
     assert verifier.slots()["slots_used"] == 0 and str(ended.pk) not in verifier.seqs
+
+
+def test_new_sequences_join_the_running_draft_group(transactional_db, tmp_path, wired):
+    """A sequence started while others of its drafter are in flight reaches the drafter with
+    their next results (one message, one draft batch), and the output stays exact."""
+    target, draft = write_pair(tmp_path)
+    pipeline, nodes = make_pipeline("join", target, draft, kind="ngram", max_batch_wait_ms=5)
+    _run(pipeline, nodes, wired, "ngram")
+    drafter_id = next(n.pk for n, r, _ in nodes if r == "draft")
+    seen: list[tuple[str, dict]] = []
+    deliver = messaging.send
+
+    def send(node, kind, p):
+        if node == drafter_id:
+            seen.append((kind, p))
+        deliver(node, kind, p)
+
+    messaging.send = send  # the wired fixture's monkeypatch restores the original
+    ps = prompts(6, seed=11)
+    params = {"temperature": 0, "max_tokens": 60, "ignore_eos": True}
+    gens = []
+    for p in ps:  # staggered: each arrives while the earlier ones are being drafted
+        gens.append(services.generation_submit(pipeline=pipeline, prompt="", prompt_tokens=p,
+                                               params=params, user=None))  # fmt: skip
+        time.sleep(0.05)
+    streamed = wait_done([g.pk for g in gens], timeout=60)
+    tm, tok = load_checkpoint(target)
+    want = SpeculativeGenerator(VerifyEngine(tm, tok, n_slots=6), DraftEngine.ngram(), k=4)
+    want = want.generate(ps, SamplingParams(temperature=0, max_tokens=60, ignore_eos=True))
+    assert [tokens_of(streamed[str(g.pk)]) for g in gens] == [o.token_ids for o in want]
+    joined = [s["gen"] for kind, p in seen if kind == "results" for s in p.get("seqs", [])]
+    alone = [s["gen"] for kind, p in seen if kind == "draft_start" for s in p["seqs"]]
+    assert joined, "no new sequence rode along with a results message"
+    assert sorted(joined + alone) == sorted(str(g.pk) for g in gens)  # each started once
