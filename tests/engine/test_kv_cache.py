@@ -48,3 +48,33 @@ def test_rollback_then_overwrite_matches_fresh_forward():
     assert torch.allclose(m(x, c, s), ref, atol=1e-5)
     c.rollback(0, 7)
     assert torch.allclose(m(x[:, 7:], c, s), ref[:, 7:], atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "slots",
+    [
+        [0, 1, 2, 3, 4],  # consecutive: a view
+        [3, 0, 4, 1, 2],  # a permutation of a range: spread queries
+        [0, 1, 2, 3, 5],  # a range with one hole: spread queries
+        [0, 9, 4, 7, 2],  # sparse: gathered
+    ],
+)
+@torch.no_grad()
+def test_cached_rows_in_any_slots_match_the_plain_forward(slots):
+    m = tiny_model(0, std=0.3)
+    x = torch.randint(0, 64, (5, 14))
+    ref = m(x)
+    c = KVCache.for_model(m, 10, 16)
+    for _ in range(10):
+        c.allocate()
+    n = [9, 3, 9, 6, 1]  # padded rows: each fills its slot to a different length
+    m(x[:, :9], c, slots, n)
+    # every row continues from its own length (right-padded, so padding writes the scratch)
+    rest = [x[i, n[i] : 14].tolist() for i in range(5)]
+    width = max(map(len, rest))
+    xs = torch.tensor([r + [0] * (width - len(r)) for r in rest])
+    out = m(xs, c, slots, [len(r) for r in rest])
+    for i in range(5):
+        got = out[i, : len(rest[i])]
+        assert (got - ref[i, n[i] :]).abs().max() < 1e-4, (slots, i)
+    assert [c.length(s) for s in slots] == [14] * 5
