@@ -241,9 +241,12 @@ def _hist_delta(before: dict, after: dict) -> dict[int, int]:
 
 
 def _phase_fracs(before: dict, after: dict, wall: float) -> dict[str, float]:
-    """Where a worker loop's time went during a run, as shares of the run's wall time."""
+    """Where a worker loop's time went during a run, as shares of the run's wall time.
+
+    Not "wait": the snapshots around a run are up to a second older/newer than the run, so
+    the idle time outside it would count as waiting. The other phases are zero when idle."""
     b, a = before.get("phase_s") or {}, after.get("phase_s") or {}
-    return {k: round((v - b.get(k, 0.0)) / wall, 3) for k, v in sorted(a.items())}
+    return {k: round((v - b.get(k, 0.0)) / wall, 3) for k, v in sorted(a.items()) if k != "wait"}
 
 
 def _mean_batch(hist: dict[int, int]) -> float:

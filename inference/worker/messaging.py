@@ -9,8 +9,9 @@ Redis list `tandem:node:<id>:rounds`, read with BLPOP by the node's listener thr
 into its engine loop's inbox (publishing a Celery task costs the web process milliseconds of
 CPU per request). Reordering between the two channels is safe: a start precedes its round
 messages (the verifier sends draft_start after prefilling it), a cancel that overtakes its
-start leaves a tombstone that drops the start, and attempt tombstones drop round messages
-of ended attempts.
+start leaves a tombstone that drops the start, a re-route's start that overtakes the cancel
+of the old attempt replaces the old attempt (both roles), and attempt tombstones drop round
+messages of ended attempts.
 """
 
 from __future__ import annotations

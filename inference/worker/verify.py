@@ -171,11 +171,20 @@ class VerifyLoop(BaseLoop):
 
     # -- prefill -------------------------------------------------------------------------------------
     def _fresh(self, starts: list[dict]) -> list[dict]:
-        return [
-            p
-            for p in starts
-            if not self.tombstones.blocks(p["gen"], p["attempt"]) and p["gen"] not in self.seqs
-        ]
+        """Starts still to serve. A start of a later attempt of a sequence held here (it was
+        re-routed back to this node and overtook the old attempt's cancel, which comes
+        through the broker) replaces the old attempt."""
+        out = []
+        for p in starts:
+            if self.tombstones.blocks(p["gen"], p["attempt"]):
+                continue
+            held = self.seqs.get(p["gen"])
+            if held is not None:
+                if held.attempt >= p["attempt"]:
+                    continue
+                self.drop(p["gen"], held.attempt)
+            out.append(p)
+        return out
 
     def _claim_later(self, starts: list[dict]) -> None:
         starts = self._fresh(starts)

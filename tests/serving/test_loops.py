@@ -175,3 +175,42 @@ def test_new_sequences_join_the_running_draft_group(transactional_db, tmp_path, 
     alone = [s["gen"] for kind, p in seen if kind == "draft_start" for s in p["seqs"]]
     assert joined, "no new sequence rode along with a results message"
     assert sorted(joined + alone) == sorted(str(g.pk) for g in gens)  # each started once
+
+
+def test_a_rerouted_start_that_overtakes_the_old_attempts_cancel_replaces_it(
+    transactional_db, tmp_path, wired
+):
+    """Starts come on the node's Redis list, cancels through the broker: a re-route back to
+    the same verifier may deliver attempt 2's start while attempt 1 still runs there. The
+    new attempt replaces the old one and resumes exactly; the late cancel of attempt 1
+    leaves attempt 2 alone."""
+    target, draft = write_pair(tmp_path)
+    pipeline, nodes = make_pipeline("reroute", target, draft, kind="none", max_batch_wait_ms=5)
+    _run(pipeline, nodes, wired, "none")
+    verifier = next(wired[n.pk] for n, r, _ in nodes if r == "verify")
+    p = prompts(1, seed=13)[0]
+    params = {"temperature": 0, "max_tokens": 220, "ignore_eos": True}
+    g = services.generation_submit(pipeline=pipeline, prompt="", prompt_tokens=p, params=params,
+                                   user=None)  # fmt: skip
+    deadline = time.monotonic() + 20
+    while str(g.pk) not in verifier.seqs:
+        assert time.monotonic() < deadline
+        time.sleep(0.002)
+    Generation.objects.filter(pk=g.pk).update(state="queued", attempts=2)
+    g.refresh_from_db()
+    verifier.deliver("start", services.start_payload(g))
+    while not Generation.objects.filter(pk=g.pk, state="running").exists():  # claimed
+        assert time.monotonic() < deadline
+        time.sleep(0.002)
+    time.sleep(0.05)  # the loop takes the claimed start; only then the old cancel comes
+    verifier.deliver("cancel", {"gen": str(g.pk), "attempt": 1})
+    events = wait_done([g.pk], timeout=60)[str(g.pk)]
+    tm, tok = load_checkpoint(target)
+    want = SpeculativeGenerator(VerifyEngine(tm, tok, n_slots=1)).generate(
+        [p], SamplingParams(temperature=0, max_tokens=220, ignore_eos=True)
+    )[0]
+    assert events[-1]["type"] == "done"
+    assert tokens_of(events) == want.token_ids
+    verifier.flush_writes()
+    g.refresh_from_db()
+    assert (g.state, g.attempts, g.output_tokens) == ("finished", 2, want.token_ids)
