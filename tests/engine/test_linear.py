@@ -57,7 +57,8 @@ def test_training_bypasses_the_cache_and_keeps_gradients():
     layers = _layers(False)
     fused = FusedLinear(layers)
     x = torch.randn(1, 4, 512)
-    fused(x).sum().backward()  # grad mode: plain layers, differentiable
+    with torch.enable_grad():  # whatever an earlier test left the global mode at
+        fused(x).sum().backward()  # grad mode: plain layers, differentiable
     assert all(m.weight.grad is not None for m in layers)
 
 
@@ -88,7 +89,8 @@ def test_inference_mode_then_training_then_inference_mode_model():
     with torch.inference_mode():
         ref = m(x)  # derived weights and rope tables first built here
     m.train()
-    m(x).sum().backward()  # must not meet an inference tensor
+    with torch.enable_grad():
+        m(x).sum().backward()  # must not meet an inference tensor
     with torch.inference_mode():
         m2 = tiny_model(0)  # a model built under inference_mode: no version counters
         assert (m2(x) - ref).abs().max() < 1e-5
