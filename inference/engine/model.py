@@ -68,7 +68,8 @@ def rotate_half(x: Tensor) -> Tensor:
 
 def apply_rope(x: Tensor, cos: Tensor, sin_signed: Tensor) -> Tensor:
     """``x * cos + rotate_half(x) * sin`` in three ops: ``rotate_half(x) * sin`` equals
-    ``roll(x, d/2) * cat(-sin_1, sin_2)`` bit for bit (the two halves of sin are equal)."""
+    ``roll(x, d/2) * cat(-sin_1, sin_2)`` bit for bit (the two halves of sin are equal);
+    ``addcmul`` may fuse the final multiply-add, a last-bit difference at most."""
     return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, dims=-1), sin_signed)
 
 
