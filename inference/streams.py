@@ -78,8 +78,7 @@ def requeued_event(reason: str) -> RequeuedEvent:
     return {"type": "requeued", "reason": reason}
 
 
-_clients: dict[str, redis.Redis] = {}
-_clients_lock = threading.Lock()
+_local = threading.local()
 
 
 def redis_url() -> str:
@@ -91,15 +90,11 @@ def redis_url() -> str:
 
 
 def _client() -> redis.Redis:
-    """One client per process and URL, shared by all threads: redis-py's connection pool is
-    thread-safe and keeps connections open. (A client per thread reconnected on every
-    request under ASGI, whose sync views run on short-lived threads: ~10% of the web
-    server's CPU at 32 concurrent clients, and a TIME_WAIT socket per request.)"""
     url = redis_url()
-    client = _clients.get(url)
-    if client is None:
-        with _clients_lock:
-            client = _clients.setdefault(url, redis.Redis.from_url(url))
+    client = getattr(_local, "client", None)
+    if client is None or getattr(_local, "url", None) != url:
+        client = redis.Redis.from_url(url)
+        _local.client, _local.url = client, url
     return client
 
 
