@@ -70,6 +70,10 @@ class BenchConfig:
     seed: int = 0
     quick: bool = False
 
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return getattr(torch, self.dtype)
+
     def quick_variant(self) -> BenchConfig:
         return replace(
             self,
@@ -458,9 +462,8 @@ def _run(cfg: BenchConfig, threads: int, log) -> dict[str, Any]:
     except ImportError:  # pragma: no cover - a test dependency
         result["transformers"] = None
 
-    dtype = getattr(torch, cfg.dtype)
-    target, tok = load_checkpoint(cfg.target_dir, cfg.device, dtype)
-    draft, dtok = load_checkpoint(cfg.draft_dir, cfg.device, dtype)
+    target, tok = load_checkpoint(cfg.target_dir, cfg.device, cfg.torch_dtype)
+    draft, dtok = load_checkpoint(cfg.draft_dir, cfg.device, cfg.torch_dtype)
     max_b = max(cfg.sweep_batches)
     n_prompts = max(cfg.reps, max_b)
     prompts = _prompts(cfg, n_prompts)
@@ -469,7 +472,7 @@ def _run(cfg: BenchConfig, threads: int, log) -> dict[str, Any]:
     )
     verify = VerifyEngine(target, tok, n_slots=max_b, max_len=max_len)
     dengine = DraftEngine.from_model(draft, dtok, n_slots=max_b, max_len=max_len)
-    hf_t, hf_d = (load_hf(d, cfg.device, dtype) for d in (cfg.target_dir, cfg.draft_dir))
+    hf_t, hf_d = (load_hf(d, cfg.device, cfg.torch_dtype) for d in (cfg.target_dir, cfg.draft_dir))
 
     # -- batch 1: ours vs HF, plain and speculative ------------------------------------------
     log(f"demo pair, batch 1, {cfg.new_tokens} new tokens, k={k}, {cfg.reps} reps")
@@ -569,9 +572,8 @@ def _smol(cfg: BenchConfig, k: int, rows: list, log) -> dict[str, Any]:
         log(f"SmolLM2 rows skipped: {why}")
         return {"skipped": why}
     try:
-        dtype = getattr(torch, cfg.dtype)
-        model, tok = load_checkpoint(path, cfg.device, dtype)
-        hf = load_hf(path, cfg.device, dtype)
+        model, tok = load_checkpoint(path, cfg.device, cfg.torch_dtype)
+        hf = load_hf(path, cfg.device, cfg.torch_dtype)
     except Exception as e:
         log(f"SmolLM2 rows skipped: {type(e).__name__}: {e}")
         return {"skipped": f"{type(e).__name__}: {e}"}

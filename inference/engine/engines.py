@@ -258,7 +258,7 @@ class VerifyEngine:
         if all(pr.greedy for pr in params):
             n_acc, nxt = greedy_accept(logits, [d for _, _, d, _ in rows])
         else:
-            n_acc, nxt = self._rejection(logits, rows, x, n_draft)
+            n_acc, nxt = self._rejection(logits, rows, params, x, n_draft)
         dt = time.perf_counter() - t0
         self.counters.record_verify_step(dt, B)
         for i, (sid, s, d, _) in enumerate(rows):
@@ -266,10 +266,9 @@ class VerifyEngine:
             s.counters.record_verify_step(dt, B)
             out[sid] = self._emit(sid, s, d[: n_acc[i]] + [nxt[i]], n_acc[i], len(d))
 
-    def _rejection(self, logits: Tensor, rows, x: Tensor, n_draft: Tensor) -> tuple[list[int], list[int]]:  # fmt: skip
+    def _rejection(self, logits: Tensor, rows, params, x: Tensor, n_draft: Tensor) -> tuple[list[int], list[int]]:  # fmt: skip
         B, dev, V = len(rows), self.device, self.vocab_size
         K = logits.shape[1] - 1
-        params = [s.params for _, s, _, _ in rows]
         p = logits_to_probs(logits, params)
         q = None
         if any(dp is not None for *_, dp in rows):

@@ -37,14 +37,14 @@ def _pack(weight: Tensor) -> Tensor | None:
     return packed
 
 
-# Below these sizes a packed call's fixed cost outweighs its gain. One row is a GEMV, which
-# ``x @ W.T`` does well while the weights stay in cache; larger models stream them from memory.
 def stamp(t: Tensor) -> tuple[int, int]:
     """Changes when ``t`` is replaced or updated in place (inference tensors, made under
     ``inference_mode``, cannot be updated in place and have no version counter)."""
     return t.data_ptr(), 0 if t.is_inference() else t._version
 
 
+# Below these sizes a packed call's fixed cost outweighs its gain. One row is a GEMV, which
+# ``x @ W.T`` does well while the weights stay in cache; larger models stream them from memory.
 PACK_MIN_NUMEL = 1 << 16
 PACK_MIN_NUMEL_ONE_ROW = 1 << 17
 
@@ -71,7 +71,7 @@ class FusedLinear:
                     self.packable = self._packed is not None
                 if self._packed is not None:
                     return torch.ops.mkldnn._linear_pointwise(x, self._packed, self.bias, "none", [], "")  # fmt: skip
-            if self.fp32 and one_row:
+            if one_row and self.weight.dtype == torch.float32:
                 if self._wt is None:
                     self._wt = self.weight.t().contiguous()
                 y = torch.matmul(x, self._wt)
@@ -91,7 +91,6 @@ class FusedLinear:
                     b if b is not None else m.weight.new_zeros(m.out_features)
                     for m, b in zip(self.layers, biases, strict=True)
                 ]).detach()  # fmt: skip
-        self.fp32 = self.weight.dtype == torch.float32
         self.packable = self.weight.numel() >= PACK_MIN_NUMEL
         self._wt = self._packed = None  # built on first use: most models need one of the two
         self._key = key

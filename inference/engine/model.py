@@ -165,11 +165,11 @@ class _Step:
         B = len(slots)
         dense = all(n == T for n in n_valid)
         self.single = B == 1 and dense
-        self.first, self.start = slots[0], start[0]
+        self.first = slots[0]
         lo, span = min(slots), max(slots) - min(slots) + 1
         self.rows = self.spread = None
         if slots == list(range(slots[0], slots[0] + B)):
-            self.first = slots[0]  # a view of consecutive slots
+            pass  # a view of consecutive slots
         elif span <= B + B // 4:
             self.first, self.span = lo, span
             self.spread = torch.tensor([s - lo for s in slots], device=dev)

@@ -3,7 +3,8 @@ persister thread for the few database writes, and inspection state in Redis.
 
 The Celery task `tandem.node.message` (solo pool, main thread) only drops control messages
 into the inbox, and a listener thread drops round messages from the node's Redis list
-there; the loop (DraftLoop or VerifyLoop) owns the engine and runs rounds in its own thread, so a forward pass never blocks the consumer and the consumer never blocks a round.
+there; the loop (DraftLoop or VerifyLoop) owns the engine and runs rounds in its own thread,
+so a forward pass never blocks the consumer and the consumer never blocks a round.
 """
 
 from __future__ import annotations
@@ -124,9 +125,7 @@ class BaseLoop:
                 logger.exception("%s loop of node %s: step failed", self.role, self.node_id)
             self.stats.tick()
             now = time.monotonic()
-            if (
-                self._inspect_dirty or now - self._inspect_at > 1.0
-            ):  # fresh figures, at most ~1 s old
+            if self._inspect_dirty or now - self._inspect_at > 1.0:  # figures at most ~1 s old
                 self._inspect_dirty, self._inspect_at = False, now
                 self._write_inspect()
 
