@@ -5,16 +5,25 @@ in its own process group, and stopped in reverse order (SIGTERM to the group, th
 after the child's timeout). The web server comes last, so it stops first: no new requests
 while the workers finish what they hold.
 
-A child that exits while the supervisor did not ask it to is a failure: the supervisor says
-so loudly and stops everything else (no restarts: a crash loop would hide the bug, and
-`make up` is one command to run again). On Linux each child also gets SIGTERM if the
-supervisor itself dies (PR_SET_PDEATHSIG), so even `kill -9` of `up` leaves no orphan
-worker behind.
+A child that exits while the supervisor did not ask it to is restarted, after a backoff that
+doubles with each crash in the recent window (`RestartPolicy`: 1 s, 2 s, 4 s ... up to 30 s);
+what is left of its process group is killed first. The others keep running: the console
+stays up while a node worker comes back. After `give_up_after` crashes within `window_s`
+the supervisor gives up on that child (a crash loop would only hide the bug), keeps the rest
+running and says so: on its output, and in `<DATA_DIR>/supervisor.json` (fleet/supervision.py),
+which the console shows as a banner to signed-in users. Giving up on an `essential` child
+(the web server: without it nothing is left to look at) stops everything.
 
-Adding a child (later issues: drafter/verifier node workers, the fleet simulator): write a
-factory `def my_children(settings) -> list[ChildSpec]` next to the code it starts and add its
-dotted path to `CHILD_FACTORIES`. Factories only build command lines; they import nothing
-heavy.
+The supervisor calls `on_exit(spec, reason)` the moment a child dies: for a node worker
+(`ChildSpec.node`) `up` marks that node lost at once and re-routes or fails its generations,
+instead of waiting for its heartbeats to age out (that path remains for remote nodes).
+
+On Linux each child also gets SIGTERM if the supervisor itself dies (PR_SET_PDEATHSIG), so
+even `kill -9` of `up` leaves no orphan worker behind.
+
+Adding a child: write a factory `def my_children(settings) -> list[ChildSpec]` next to the
+code it starts and add its dotted path to `CHILD_FACTORIES`. Factories only build command
+lines; they import nothing heavy.
 """
 
 from __future__ import annotations
@@ -29,8 +38,11 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from django.utils.module_loading import import_string
+
+from fleet.supervision import FAILED, RESTARTING, RUNNING, write_state
 
 # Dotted paths of `factory(settings) -> list[ChildSpec]`, started between the control worker
 # and the web server. Later: node workers (draft/verify), the simulator.
@@ -42,6 +54,20 @@ CHILD_FACTORIES: list[str] = [
 
 
 @dataclass(frozen=True)
+class RestartPolicy:
+    """Restart after `initial_backoff_s`, doubling per crash within `window_s` (capped at
+    `max_backoff_s`); give up at the `give_up_after`-th crash within `window_s`."""
+
+    initial_backoff_s: float = 1.0
+    max_backoff_s: float = 30.0
+    give_up_after: int = 5
+    window_s: float = 120.0
+
+    def backoff_s(self, recent_crashes: int) -> float:
+        return min(self.initial_backoff_s * 2 ** max(0, recent_crashes - 1), self.max_backoff_s)
+
+
+@dataclass(frozen=True)
 class ChildSpec:
     name: str
     argv: list[str]
@@ -49,6 +75,10 @@ class ChildSpec:
     stop_timeout_s: float = 10.0
     # Polled with GET until it answers 200 before `up` announces the URL.
     ready_url: str | None = None
+    # The node (id or name) this child serves as its worker: lost at once when it dies.
+    node: str = ""
+    # Giving up on it stops everything (the web server).
+    essential: bool = False
 
 
 def _python() -> str:
@@ -90,6 +120,7 @@ def web_server(settings, *, host: str, port: int) -> ChildSpec:
         name="web",
         argv=[_python(), "-m", "daphne", "-b", host, "-p", str(port), "fleet.asgi:application"],
         ready_url=f"http://{probe_host}:{port}/healthz",
+        essential=True,
     )
 
 
@@ -103,7 +134,7 @@ def children(settings, *, host: str, port: int) -> list[ChildSpec]:
 
 
 class ChildFailed(RuntimeError):
-    pass
+    """An essential child was given up on (or never became ready): `up` stops."""
 
 
 def _die_with_parent() -> None:
@@ -124,13 +155,66 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-class Supervisor:
-    """Starts child specs, watches them, stops them in reverse order."""
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
-    def __init__(self, *, env: dict[str, str], log: Callable[[str], None] = print):
+
+def exit_reason(code: int) -> str:
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+@dataclass
+class Child:
+    """A spec and its current process, with its crash history (monotonic times)."""
+
+    spec: ChildSpec
+    process: subprocess.Popen | None = None
+    state: str = RUNNING
+    crashes: list[float] = field(default_factory=list)
+    restarts: int = 0
+    last_exit: str = ""
+    restart_at: float | None = None  # monotonic, while RESTARTING
+    since: float = field(default_factory=time.time)  # wall clock of the last state change
+
+    def report(self) -> dict:
+        return {
+            "name": self.spec.name,
+            "state": self.state,
+            "pid": self.process.pid if self.process and self.state == RUNNING else None,
+            "restarts": self.restarts,
+            "crashes": len(self.crashes),  # within the policy's window
+            "last_exit": self.last_exit,
+            "since": self.since,
+            "node": self.spec.node,
+        }
+
+
+class Supervisor:
+    """Starts child specs, restarts the ones that die, stops them in reverse order."""
+
+    def __init__(
+        self,
+        *,
+        env: dict[str, str],
+        log: Callable[[str], None] = print,
+        policy: RestartPolicy | None = None,
+        state_file: Path | None = None,
+        on_exit: Callable[[ChildSpec, str], None] | None = None,
+    ):
         self.env = env
         self.log = log
-        self.running: list[tuple[ChildSpec, subprocess.Popen]] = []
+        self.policy = policy or RestartPolicy()
+        self.state_file = state_file
+        self.on_exit = on_exit
+        self.children: list[Child] = []
         self.stop_requested = False
         self.force = False
 
@@ -145,23 +229,78 @@ class Supervisor:
         self.stop_requested = True
 
     # --- life cycle ---------------------------------------------------------------------------
-    def start(self, spec: ChildSpec) -> subprocess.Popen:
-        process = subprocess.Popen(
+    def _spawn(self, spec: ChildSpec) -> subprocess.Popen:
+        return subprocess.Popen(
             spec.argv,
             env={**self.env, **spec.env},
             start_new_session=True,  # own process group: we decide when it gets a signal
             preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
         )
-        self.running.append((spec, process))
+
+    def start(self, spec: ChildSpec) -> subprocess.Popen:
+        process = self._spawn(spec)
+        self.children.append(Child(spec=spec, process=process))
         self.log(f"  started {spec.name:<12} pid {process.pid}")
+        self._write_state()
         return process
 
     def check(self) -> None:
-        """Raises ChildFailed if a child exited without being asked to."""
-        for spec, process in self.running:
-            code = process.poll()
-            if code is not None:
-                raise ChildFailed(f"{spec.name} (pid {process.pid}) exited with code {code}")
+        """Notices children that died (restart later, or give up), restarts those whose
+        backoff is over. Raises ChildFailed when it gives up on an essential child."""
+        now = time.monotonic()
+        for child in self.children:
+            if child.state == RUNNING and child.process.poll() is not None:
+                self._died(child, now)
+            elif child.state == RESTARTING and now >= child.restart_at and not self.stop_requested:
+                self._restart(child)
+
+    def _died(self, child: Child, now: float) -> None:
+        spec, process = child.spec, child.process
+        _kill_group(process.pid)  # what it forked goes with it (e.g. celery beat)
+        child.last_exit = exit_reason(process.returncode)
+        child.crashes = [t for t in child.crashes if now - t < self.policy.window_s] + [now]
+        child.since = time.time()
+        recent = len(child.crashes)
+        if recent >= self.policy.give_up_after:
+            child.state = FAILED
+            window = f"{self.policy.window_s:g}s"
+            message = (
+                f"{spec.name} (pid {process.pid}) {child.last_exit}: {recent} crashes within "
+                f"{window}, not restarting it"
+            )
+            self.log(f"  !!! {message}")
+        else:
+            child.state = RESTARTING
+            delay = self.policy.backoff_s(recent)
+            child.restart_at = now + delay
+            self.log(
+                f"  !!! {spec.name} (pid {process.pid}) {child.last_exit}: "
+                f"restarting it in {delay:g}s"
+            )
+        self._write_state()
+        if self.on_exit is not None:
+            try:
+                self.on_exit(spec, child.last_exit)
+            except Exception as exc:  # the supervisor outlives a failing hook
+                self.log(f"  (could not report {spec.name}'s exit: {exc!r})")
+        if child.state == FAILED and spec.essential:
+            raise ChildFailed(f"{spec.name} {child.last_exit} {recent} times; gave up")
+
+    def _restart(self, child: Child) -> None:
+        child.process = self._spawn(child.spec)
+        child.state, child.restart_at, child.since = RUNNING, None, time.time()
+        child.restarts += 1
+        self.log(f"  restarted {child.spec.name:<10} pid {child.process.pid}")
+        self._write_state()
+
+    def _write_state(self) -> None:
+        if self.state_file is None:
+            return
+        try:
+            state = {"pid": os.getpid(), "updated": time.time()}
+            write_state(self.state_file, {**state, "children": [c.report() for c in self.children]})
+        except OSError as exc:
+            self.log(f"  (could not write {self.state_file}: {exc})")
 
     def wait_ready(self, spec: ChildSpec, timeout_s: float = 90.0) -> None:
         deadline = time.monotonic() + timeout_s
@@ -179,17 +318,21 @@ class Supervisor:
                 raise ChildFailed(f"{spec.name} was not ready at {spec.ready_url} in {timeout_s}s")
             time.sleep(0.3)
 
-    def watch(self, poll_s: float = 0.5) -> None:
-        """Blocks until a stop signal arrives; raises ChildFailed if a child dies first."""
+    def watch(self, poll_s: float = 0.2) -> None:
+        """Supervises until a stop signal arrives; raises ChildFailed if it gives up on an
+        essential child."""
         while not self.stop_requested:
             self.check()
             time.sleep(poll_s)
 
     def stop_all(self) -> None:
         """Stops every child, last started first; SIGKILL after each child's timeout."""
-        while self.running:
-            spec, process = self.running.pop()
-            self._stop(spec, process)
+        while self.children:
+            child = self.children.pop()
+            if child.process is not None:
+                self._stop(child.spec, child.process)
+        if self.state_file is not None:
+            self.state_file.unlink(missing_ok=True)
 
     def _stop(self, spec: ChildSpec, process: subprocess.Popen) -> None:
         pgid = process.pid  # start_new_session: the child leads its own group
@@ -206,8 +349,5 @@ class Supervisor:
                 self.log(f"  {spec.name} did not stop in {spec.stop_timeout_s}s: killing it")
                 break
             time.sleep(0.1)
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        _kill_group(pgid)
         process.wait()

@@ -83,6 +83,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "fleet.accounts.context.role",
+                "fleet.console.context.supervision",
             ],
         },
     },

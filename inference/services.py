@@ -4,6 +4,8 @@ Web side: `generation_submit`, `generation_cancel`, `push_pipeline_config`.
 Worker side (the verifier owns a running generation's row): `generations_claim`,
 `generations_first_token`, `generation_finish`.
 Control worker: `generations_watchdog` (deadlines, lost nodes -> re-route or fail).
+Supervisor of `manage.py up`: `node_process_gone` (a local node worker died: the same
+re-route, at once rather than after the heartbeat window).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import logging
 from datetime import datetime, timedelta
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from fleet.nodes.choices import NodeState
@@ -29,6 +32,7 @@ __all__ = [
     "generation_cancel",
     "push_pipeline_config",
     "generations_watchdog",
+    "node_process_gone",
 ]
 
 logger = logging.getLogger(__name__)
@@ -267,15 +271,43 @@ def generations_watchdog(*, now: datetime | None = None) -> dict:
         generation_fail(generation=g, error="deadline exceeded", finish_reason="timeout")
         report["timed_out"].append(str(g.pk))
     stranded = generations_active().filter(
-        verifier__state__in=UNHEALTHY
-    ) | generations_active().filter(drafter__state__in=UNHEALTHY)
-    for g in stranded.select_related("drafter", "verifier").distinct():
+        Q(verifier__state__in=UNHEALTHY) | Q(drafter__state__in=UNHEALTHY)
+    )
+    _reroute_all(stranded, report)
+    if any(report.values()):
+        logger.info("watchdog: %s", report)
+    return report
+
+
+def _reroute_all(generations, report: dict, *, why: str = "") -> None:
+    """Re-route (or fail) each generation, naming its unhealthy node(s) and `why`."""
+    for g in generations.select_related("drafter", "verifier").distinct():
         bad = [n for n in (g.drafter, g.verifier) if n is not None and n.state in UNHEALTHY]
         reason = ", ".join(
             f"{n.name} ({'drafter' if n == g.drafter else 'verifier'}) is {n.state}" for n in bad
         )
+        reason = f"{reason}: {why}" if why and reason else reason or why
         g = generation_reroute(generation=g, reason=reason)
         report["rerouted" if g.state == S.QUEUED else "failed"].append(str(g.pk))
+
+
+def node_process_gone(*, node_ref: str, reason: str) -> dict:
+    """A node worker's process is gone, and the supervisor that ran it knows (it saw it
+    exit, or found it not running at start): the node is lost now, its pending round
+    messages are dropped (a restarted worker must not replay them), and every active
+    generation it held moves to a healthy pair or ends with an error event. Idempotent;
+    a node that does not exist (yet) has nothing to release."""
+    from fleet.nodes.services import node_mark_lost
+
+    report: dict = {"rerouted": [], "failed": []}
+    lookup = {"pk": int(node_ref)} if str(node_ref).isdigit() else {"name": node_ref}
+    node = Node.objects.filter(**lookup).first()
+    if node is None:
+        return report
+    node = node_mark_lost(node=node)
+    messaging.discard_rounds(node.pk)
+    held = generations_active().filter(Q(verifier=node) | Q(drafter=node))
+    _reroute_all(held, report, why=reason)
     if any(report.values()):
-        logger.info("watchdog: %s", report)
+        logger.warning("node %s: %s; %s", node.name, reason, report)
     return report

@@ -1,15 +1,19 @@
-"""REST API of wall links (admins): list, create (the token is shown once), revoke."""
+"""REST API of the console: wall links (admins: list, create -- the token is shown once --,
+revoke) and the processes `manage.py up` supervises (viewers)."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.shortcuts import get_object_or_404
 from django.urls import reverse
+from drf_spectacular.utils import extend_schema
 from rest_framework import generics, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from fleet.console.models import WallLink
 from fleet.console.services import wall_link_create, wall_link_revoke
+from fleet.supervision import FAILED, RESTARTING, RUNNING, read_state
 
 
 class WallLinkSerializer(serializers.ModelSerializer):
@@ -46,3 +50,33 @@ class WallLinkRevoke(APIView):
     def post(self, request, pk: int):
         link = wall_link_revoke(link=get_object_or_404(WallLink, pk=pk), actor=request.user)
         return Response(WallLinkSerializer(link).data)
+
+
+class ProcessSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    state = serializers.ChoiceField(choices=[RUNNING, RESTARTING, FAILED])
+    pid = serializers.IntegerField(allow_null=True)
+    restarts = serializers.IntegerField()
+    crashes = serializers.IntegerField(help_text="Crashes within the restart window")
+    last_exit = serializers.CharField(help_text="How it last ended, e.g. 'exited with code 1'")
+    since = serializers.FloatField(help_text="Unix time of the last state change")
+    node = serializers.CharField(help_text="The node it serves as worker, if any")
+
+
+class ProcessesSerializer(serializers.Serializer):
+    supervised = serializers.BooleanField(help_text="Whether `manage.py up` runs this install")
+    processes = ProcessSerializer(many=True)
+
+
+class Processes(APIView):
+    """GET: the processes `manage.py up` supervises on this machine, and which of them are
+    restarting or were given up on. Without `up` (compose, a fleet): supervised is false."""
+
+    method_actions = {"GET": "view"}
+
+    @extend_schema(responses=ProcessesSerializer)
+    def get(self, request):
+        state = read_state(settings.DATA_DIR)
+        children = state.get("children", []) if state else []
+        body = {"supervised": state is not None, "processes": children}
+        return Response(ProcessesSerializer(body).data)

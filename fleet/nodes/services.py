@@ -254,6 +254,19 @@ def nodes_mark_lost(*, now: datetime | None = None) -> list[int]:
 
 
 @transaction.atomic
+def node_mark_lost(*, node: Node) -> Node:
+    """The node's worker process is known to be gone (the supervisor that ran it saw it
+    exit): lost now, without waiting for its heartbeats to age out. Only a watched node
+    (online/draining) changes; its next heartbeat brings it back online as usual."""
+    node = _locked(node)
+    if node.state in WATCHED_STATES:
+        node.transition(NodeState.LOST)
+        node.save(update_fields=["state", "version", "updated"])
+        _after_commit(NodeState.LOST, [node.pk])
+    return node
+
+
+@transaction.atomic
 def profile_create(*, actor=None, **fields) -> HardwareProfile:
     profile = HardwareProfile(**fields)
     profile.full_clean()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 
 from fleet.launcher import ChildSpec
+from inference.worker.demo import NODE_NAMES
 
 
 def node_children(settings) -> list[ChildSpec]:
@@ -24,6 +25,7 @@ def node_children(settings) -> list[ChildSpec]:
             ],  # fmt: skip
             env={"OMP_NUM_THREADS": "1"},
             stop_timeout_s=10.0,
+            node=NODE_NAMES[role],  # lost at once if this worker dies (fleet/launcher.py)
         )
         for role in ("verify", "draft")
     ]

@@ -47,6 +47,14 @@ def send(node_id: int, kind: str, payload: dict[str, Any]) -> None:
     app.send_task(TASK, args=[kind, payload], queue=node_queue(node_id), ignore_result=True)
 
 
+def discard_rounds(node_id: int) -> None:
+    """Drop a dead worker's pending round messages: they belong to attempts that end with
+    it, and its restarted process has no tombstones to recognise them by."""
+    from inference.streams import _client
+
+    _client().delete(round_key(node_id))
+
+
 def receive(node_id: int, timeout_s: float = 1.0) -> list[tuple[str, dict]]:
     """Round messages for a node, oldest first: blocks up to timeout_s for the first, then
     takes whatever else is already there."""

@@ -1,3 +1,4 @@
+import json
 import os
 import re
 import signal
@@ -14,7 +15,8 @@ from django.core.management import CommandError, call_command
 
 from fleet.accounts.access import Role, role_of
 from fleet.console.management.commands.up import _create_first_admin
-from fleet.launcher import ChildFailed, ChildSpec, Supervisor, children
+from fleet.launcher import ChildFailed, ChildSpec, RestartPolicy, Supervisor, children
+from fleet.supervision import problems, state_path
 from tests.foundation.helpers import REPO, free_port
 
 
@@ -50,15 +52,138 @@ def test_children_are_the_control_worker_then_the_web_server(settings):
     assert web.ready_url == "http://127.0.0.1:8123/healthz"
 
 
-def test_a_child_that_dies_is_reported(tmp_path):
-    supervisor = Supervisor(env=dict(os.environ), log=lambda line: None)
-    supervisor.start(ChildSpec("doomed", [sys.executable, "-c", "raise SystemExit(3)"]))
-    with pytest.raises(ChildFailed, match=r"doomed \(pid \d+\) exited with code 3"):
-        for _ in range(100):
+def _supervise(supervisor: Supervisor, until, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not until():
+        assert time.monotonic() < deadline, "timed out"
+        supervisor.check()
+        time.sleep(0.02)
+
+
+def _crasher(starts: Path, code: int = 3) -> list[str]:
+    """A child that notes when it started, then exits with `code`."""
+    script = f"import time; open({str(starts)!r}, 'a').write(f'{{time.monotonic()}}\\n')"
+    return [sys.executable, "-c", f"{script}; raise SystemExit({code})"]
+
+
+def test_backoff_doubles_up_to_its_cap():
+    policy = RestartPolicy(initial_backoff_s=1, max_backoff_s=30)
+    assert [policy.backoff_s(n) for n in range(1, 8)] == [1, 2, 4, 8, 16, 30, 30]
+
+
+def test_a_child_that_dies_is_restarted_with_growing_backoff(tmp_path):
+    starts, exits = tmp_path / "starts", []
+    supervisor = Supervisor(
+        env=dict(os.environ),
+        log=lambda line: None,
+        policy=RestartPolicy(initial_backoff_s=0.3, max_backoff_s=1.2, give_up_after=9),
+        state_file=tmp_path / "supervisor.json",
+        on_exit=lambda spec, reason: exits.append((spec.name, reason)),
+    )
+    supervisor.start(ChildSpec("flaky", _crasher(starts)))
+    supervisor.start(ChildSpec("steady", [sys.executable, "-c", "import time; time.sleep(60)"]))
+    steady = supervisor.children[1].process
+    try:
+        _supervise(supervisor, lambda: starts.exists() and len(starts.read_text().split()) >= 4)
+        times = [float(t) for t in starts.read_text().split()][:4]
+        gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+        for gap, backoff in zip(gaps, [0.3, 0.6, 1.2], strict=True):
+            assert backoff <= gap < backoff + 1.5, gaps
+        assert exits[:3] == [("flaky", "exited with code 3")] * 3
+        flaky = supervisor.children[0]
+        assert flaky.restarts == 3 and flaky.state in ("running", "restarting")
+        assert supervisor.children[1].process is steady and steady.poll() is None  # untouched
+        state = json.loads((tmp_path / "supervisor.json").read_text())
+        assert [c["name"] for c in state["children"]] == ["flaky", "steady"]
+        assert state["children"][0]["restarts"] == 3
+        assert state["children"][0]["last_exit"] == "exited with code 3"
+    finally:
+        supervisor.stop_all()
+    assert supervisor.children == [] and not (tmp_path / "supervisor.json").exists()
+
+
+def test_it_gives_up_after_n_crashes_in_the_window_and_the_rest_keeps_running(tmp_path, settings):
+    settings.DATA_DIR = tmp_path
+    starts, logged = tmp_path / "starts", []
+    supervisor = Supervisor(
+        env=dict(os.environ),
+        log=logged.append,
+        policy=RestartPolicy(initial_backoff_s=0.05, give_up_after=3, window_s=60),
+        state_file=state_path(tmp_path),
+    )
+    supervisor.start(ChildSpec("steady", [sys.executable, "-c", "import time; time.sleep(60)"]))
+    supervisor.start(ChildSpec("doomed", _crasher(starts, code=7)))
+    doomed = supervisor.children[1]
+    try:
+        _supervise(supervisor, lambda: doomed.state == "failed")
+        for _ in range(10):  # given up on: not started again
             supervisor.check()
             time.sleep(0.05)
+        assert len(starts.read_text().split()) == 3
+        assert supervisor.children[0].process.poll() is None
+        assert any("doomed" in line and "3 crashes within 60s" in line for line in logged)
+        assert [(c["name"], c["state"], c["crashes"]) for c in problems(tmp_path)] == [
+            ("doomed", "failed", 3)
+        ]
+        assert problems(tmp_path)[0]["last_exit"] == "exited with code 7"
+    finally:
+        supervisor.stop_all()
+    assert problems(tmp_path) == []
+
+
+def test_crashes_older_than_the_window_are_forgiven(tmp_path):
+    """A child that crashes now and then (never twice within the window) is restarted
+    forever, each time after the first backoff."""
+    starts = tmp_path / "starts"
+    policy = RestartPolicy(initial_backoff_s=0.3, give_up_after=2, window_s=0.25)
+    supervisor = Supervisor(env=dict(os.environ), log=lambda line: None, policy=policy)
+    supervisor.start(ChildSpec("rare", _crasher(starts)))
+    try:
+        _supervise(supervisor, lambda: starts.exists() and len(starts.read_text().split()) >= 4)
+        assert supervisor.children[0].state != "failed"
+        assert len(supervisor.children[0].crashes) == 1
+    finally:
+        supervisor.stop_all()
+
+
+def test_giving_up_on_an_essential_child_stops_up(tmp_path):
+    supervisor = Supervisor(
+        env=dict(os.environ),
+        log=lambda line: None,
+        policy=RestartPolicy(initial_backoff_s=0.05, give_up_after=2),
+    )
+    supervisor.start(
+        ChildSpec("web", [sys.executable, "-c", "raise SystemExit(1)"], essential=True)
+    )
+    with pytest.raises(ChildFailed, match=r"web exited with code 1 2 times; gave up"):
+        _supervise(supervisor, lambda: False)
     supervisor.stop_all()
-    assert supervisor.running == []
+
+
+def test_a_dead_childs_leftover_group_is_killed_before_the_restart(tmp_path):
+    """A child that dies and leaves a forked grandchild behind (celery's beat, say): the
+    grandchild goes too, so the restarted child does not find a twin."""
+    pidfile = tmp_path / "grandchild"
+    script = (
+        "import subprocess, sys\n"
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        f"open({str(pidfile)!r}, 'w').write(str(p.pid))\n"
+        "raise SystemExit(1)\n"
+    )
+    supervisor = Supervisor(
+        env=dict(os.environ), log=lambda line: None, policy=RestartPolicy(initial_backoff_s=30)
+    )
+    supervisor.start(ChildSpec("forker", [sys.executable, "-c", script]))
+    try:
+        _supervise(supervisor, lambda: supervisor.children[0].state == "restarting")
+        grandchild = int(pidfile.read_text())
+        for _ in range(50):
+            if not _alive(grandchild):
+                break
+            time.sleep(0.1)
+        assert not _alive(grandchild)
+    finally:
+        supervisor.stop_all()
 
 
 def test_stop_kills_the_whole_group_after_the_timeout(tmp_path):

@@ -1,8 +1,10 @@
 """`manage.py up`: everything Tandem needs on one machine, until Ctrl-C.
 
 Redis (embedded, unless REDIS_URL is set), migrations, a first admin account, static files,
-the control-plane Celery worker and the ASGI web server. Children are supervised by
-`fleet.launcher`; see there how later issues add node workers and the simulator.
+the control-plane Celery worker, the node workers, the simulator and the ASGI web server.
+Children are supervised by `fleet.launcher`: one that dies is restarted with backoff while
+the others keep serving. A node worker's death is reported to the control plane at once
+(`_node_child_exited`), so its generations are re-routed or ended within a second.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from fleet import launcher
 from fleet.accounts.services import user_set_role
 from fleet.embedded_redis import ensure_redis_url
 from fleet.env import env_int, env_str
+from fleet.supervision import state_path
 
 ADMIN_USERNAME = "admin"
 
@@ -51,6 +54,30 @@ def _create_first_admin() -> str | None:
     return password
 
 
+def _node_child_exited(spec: launcher.ChildSpec, reason: str) -> None:
+    """The supervisor saw a node worker die: its node is lost now, its generations move to
+    a healthy pair or end with an error (the heartbeat window would take 15 s)."""
+    if not spec.node:
+        return
+    from inference.services import node_process_gone
+
+    try:
+        report = node_process_gone(node_ref=spec.node, reason=f"its worker {reason}")
+    finally:
+        connections.close_all()  # the supervisor holds no connection between events
+    if report["rerouted"] or report["failed"]:
+        moved, failed = len(report["rerouted"]), len(report["failed"])
+        print(f"  {spec.node}: {moved} generation(s) re-routed, {failed} ended with an error")
+
+
+def _close_orphans(specs: list[launcher.ChildSpec]) -> None:
+    """Generations a previous run left active on this machine's nodes end (or move to a
+    healthy remote pair) before anything starts: their workers are gone."""
+    for spec in specs:
+        if spec.node:
+            _node_child_exited(spec, "was not running when Tandem started")
+
+
 class Command(BaseCommand):
     help = "Start Tandem on this machine (Redis, migrations, admin, worker, web) until Ctrl-C."
 
@@ -59,7 +86,12 @@ class Command(BaseCommand):
         port = env_int("TANDEM_PORT", 8000, minimum=1)
         _check_port_free(host, port)
 
-        supervisor = launcher.Supervisor(env={}, log=self._say)
+        supervisor = launcher.Supervisor(
+            env={},
+            log=self._say,
+            state_file=state_path(settings.DATA_DIR),
+            on_exit=_node_child_exited,
+        )
         supervisor.install_signal_handlers()  # from here on, Ctrl-C stops what we started
         redis_server = None
         exit_code = 0
@@ -84,6 +116,7 @@ class Command(BaseCommand):
                 "PYTHONUNBUFFERED": "1",
             }
             specs = launcher.children(settings, host=host, port=port)
+            _close_orphans(specs)
             for spec in specs:
                 if supervisor.stop_requested:
                     break

@@ -1,0 +1,91 @@
+"""A node worker that `manage.py up` ran died (or was found not running at start): its node
+is lost at once and its generations move to a healthy pair or end with an error event --
+without waiting for the heartbeat window. Messages to workers are captured."""
+
+from __future__ import annotations
+
+import pytest
+
+from fleet.nodes.models import Node
+from inference import services, streams
+from inference.models import Generation
+from inference.worker import messaging
+from tests.serving.test_units import _pipeline, _submit
+
+
+@pytest.fixture
+def sent(monkeypatch):
+    out = []
+    monkeypatch.setattr(
+        messaging, "send", lambda node, kind, payload: out.append((node, kind, payload))
+    )
+    return out
+
+
+def test_a_dead_verifier_is_lost_at_once_and_its_generations_move(
+    db, sent, django_capture_on_commit_callbacks
+):
+    p, nodes = _pipeline(verifiers=2)
+    v0, v1 = nodes["verify"]
+    with django_capture_on_commit_callbacks(execute=True):
+        gens = [_submit(p) for _ in range(4)]
+    on_v0 = [g for g in gens if g.verifier_id == v0.pk]
+    assert on_v0 and len(on_v0) < len(gens)  # least loaded: spread over both
+    Generation.objects.filter(pk__in=[g.pk for g in gens]).update(state="running")
+    streams.publish(on_v0[0].pk, streams.tokens_event([104], "h", 1))
+    streams._client().rpush(messaging.round_key(v0.pk), '["drafts", {}]')  # a stale round
+    sent.clear()
+
+    with django_capture_on_commit_callbacks(execute=True):
+        report = services.node_process_gone(node_ref=v0.name, reason="its worker was killed")
+
+    assert sorted(report["rerouted"]) == sorted(str(g.pk) for g in on_v0)
+    assert report["failed"] == []
+    v0.refresh_from_db()
+    assert v0.state == "lost"  # now, not after HEARTBEAT_PERIOD_S x TOLERANCE
+    assert streams._client().llen(messaging.round_key(v0.pk)) == 0
+    for g in on_v0:
+        g.refresh_from_db()
+        assert (g.state, g.verifier_id, g.attempts) == ("queued", v1.pk, 2)
+        last = streams.read_all(g.pk)[-1][1]
+        assert last["type"] == "requeued" and "killed" in last["reason"]
+    assert sorted(n for n, k, _ in sent if k == "start") == [v1.pk] * len(on_v0)
+    untouched = Generation.objects.exclude(pk__in=[g.pk for g in on_v0])
+    assert set(untouched.values_list("state", flat=True)) == {"running"}
+
+
+def test_with_no_healthy_pair_left_each_generation_ends_with_an_error_event(
+    db, sent, django_capture_on_commit_callbacks
+):
+    p, nodes = _pipeline(verifiers=1)
+    drafter = nodes["draft"][0]
+    with django_capture_on_commit_callbacks(execute=True):
+        gens = [_submit(p) for _ in range(2)]
+    Generation.objects.filter(pk=gens[0].pk).update(state="running")
+
+    with django_capture_on_commit_callbacks(execute=True):
+        report = services.node_process_gone(node_ref=str(drafter.pk), reason="its worker died")
+
+    assert sorted(report["failed"]) == sorted(str(g.pk) for g in gens)
+    for g in gens:
+        g.refresh_from_db()
+        assert g.state == "failed" and g.finished_at is not None
+        assert "draft-0 (drafter) is lost: its worker died" in g.error
+        assert "no healthy drafter" in g.error
+        last = streams.read_all(g.pk)[-1][1]
+        assert last["type"] == "error" and "its worker died" in last["error"]
+    # idempotent, and a node that does not exist has nothing to release
+    assert services.node_process_gone(node_ref=drafter.name, reason="x") == {
+        "rerouted": [],
+        "failed": [],
+    }
+    assert services.node_process_gone(node_ref="no-such-node", reason="x")["failed"] == []
+
+
+def test_a_registered_node_stays_registered(db, sent):
+    p, nodes = _pipeline(verifiers=1)
+    v = nodes["verify"][0]
+    Node.objects.filter(pk=v.pk).update(state="registered")
+    services.node_process_gone(node_ref=v.name, reason="was not running when Tandem started")
+    v.refresh_from_db()
+    assert v.state == "registered"
