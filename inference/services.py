@@ -218,12 +218,17 @@ UNHEALTHY = (NodeState.LOST, NodeState.RETIRED)
 
 
 @transaction.atomic
-def generation_reroute(*, generation: Generation, reason: str) -> Generation:
+def generation_reroute(
+    *, generation: Generation, reason: str, attempt: int | None = None
+) -> Generation:
     """Move an active generation to a healthy pair; it resumes from the tokens already
     streamed (the new verifier re-prefills prompt + those tokens). Fails it with a clear
-    reason when no pair is left or it was re-routed too often."""
+    reason when no pair is left or it was re-routed too often.
+
+    `attempt`: the attempt the caller found on a bad node. If the row has moved on since
+    (another re-router -- the watchdog, the supervisor -- got there first), nothing happens."""
     generation = _locked(generation)
-    if generation.is_terminal:
+    if generation.is_terminal or (attempt is not None and generation.attempts != attempt):
         return generation
     old = {n for n in (generation.drafter_id, generation.verifier_id) if n}
     bad = (
@@ -287,8 +292,12 @@ def _reroute_all(generations, report: dict, *, why: str = "") -> None:
             f"{n.name} ({'drafter' if n == g.drafter else 'verifier'}) is {n.state}" for n in bad
         )
         reason = f"{reason}: {why}" if why and reason else reason or why
-        g = generation_reroute(generation=g, reason=reason)
-        report["rerouted" if g.state == S.QUEUED else "failed"].append(str(g.pk))
+        seen = g.attempts
+        g = generation_reroute(generation=g, reason=reason, attempt=seen)
+        if g.attempts > seen:
+            report["rerouted"].append(str(g.pk))
+        elif g.state == S.FAILED:
+            report["failed"].append(str(g.pk))
 
 
 def node_process_gone(*, node_ref: str, reason: str) -> dict:

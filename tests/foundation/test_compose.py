@@ -47,3 +47,14 @@ def test_compose_file_validates(env_file):
     ):
         assert f"\n  {service}" in config
     assert "TANDEM_PRODUCTION: '1'" in config or 'TANDEM_PRODUCTION: "1"' in config
+
+
+def test_every_tandem_process_comes_back_after_a_crash():
+    """Compose is the fleet's supervisor: every long-running Tandem service restarts, and
+    beat (the generations watchdog re-routing work of lost nodes) runs."""
+    import yaml
+
+    services = yaml.safe_load(COMPOSE_FILE.read_text())["services"]  # resolves `<<` merges
+    for name in ("web", "worker", "beat", "aggregator", "drafter", "verifier"):
+        assert services[name].get("restart") in ("always", "unless-stopped"), name
+    assert "beat" in services["beat"]["command"]

@@ -27,12 +27,12 @@ from inference.training import byte_tokenizer as bt
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def tiny_model(seed: int, *, std: float = 0.4, layers: int = 2) -> Transformer:
+def tiny_model(seed: int, *, std: float = 0.4, layers: int = 2, context: int = 256) -> Transformer:
     torch.manual_seed(seed)
     config = ModelConfig(
         vocab_size=bt.VOCAB_SIZE, hidden_size=64, intermediate_size=128,
         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-        max_position_embeddings=256, bos_token_id=bt.BOS_ID, eos_token_id=bt.EOS_ID,
+        max_position_embeddings=context, bos_token_id=bt.BOS_ID, eos_token_id=bt.EOS_ID,
     )  # fmt: skip
     model = Transformer(config)
     for p in model.parameters():

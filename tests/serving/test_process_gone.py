@@ -89,3 +89,23 @@ def test_a_registered_node_stays_registered(db, sent):
     services.node_process_gone(node_ref=v.name, reason="was not running when Tandem started")
     v.refresh_from_db()
     assert v.state == "registered"
+
+
+def test_a_second_rerouter_that_saw_the_old_attempt_changes_nothing(
+    db, sent, django_capture_on_commit_callbacks
+):
+    """The supervisor and the control worker's watchdog both see the dead node: whichever
+    comes second must not re-route the already moved generation again (away from its new,
+    healthy verifier -- with none left, that failed it)."""
+    p, nodes = _pipeline(verifiers=2)
+    v0, v1 = nodes["verify"]
+    with django_capture_on_commit_callbacks(execute=True):
+        g = _submit(p)
+    Generation.objects.filter(pk=g.pk).update(state="running", verifier=v0)
+    stale = Generation.objects.get(pk=g.pk)  # what the watchdog's query returned
+    with django_capture_on_commit_callbacks(execute=True):
+        services.node_process_gone(node_ref=v0.name, reason="its worker was killed")
+    with django_capture_on_commit_callbacks(execute=True):
+        services.generation_reroute(generation=stale, reason="v0 is lost", attempt=1)
+    g.refresh_from_db()
+    assert (g.state, g.verifier_id, g.attempts, g.error) == ("queued", v1.pk, 2, "")

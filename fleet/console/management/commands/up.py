@@ -70,6 +70,15 @@ def _node_child_exited(spec: launcher.ChildSpec, reason: str) -> None:
         print(f"  {spec.node}: {moved} generation(s) re-routed, {failed} ended with an error")
 
 
+def _use_redis_for_celery(url: str) -> None:
+    """Settings were read before the embedded Redis existed; this process sends messages
+    to node workers too (`_node_child_exited` re-routes), so its Celery app needs the URL."""
+    from fleet.celery import app
+
+    settings.CELERY_BROKER_URL = settings.CELERY_RESULT_BACKEND = url
+    app.conf.update(broker_url=url, result_backend=url)
+
+
 def _close_orphans(specs: list[launcher.ChildSpec]) -> None:
     """Generations a previous run left active on this machine's nodes end (or move to a
     healthy remote pair) before anything starts: their workers are gone."""
@@ -100,6 +109,7 @@ class Command(BaseCommand):
             if redis_server:
                 self._say(f"  started redis        pid {redis_server.process.pid} (embedded)")
             settings.REDIS_URL = os.environ["REDIS_URL"]
+            _use_redis_for_celery(settings.REDIS_URL)
 
             call_command("migrate", interactive=False, verbosity=0)
             password = _create_first_admin()
