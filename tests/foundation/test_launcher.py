@@ -290,3 +290,28 @@ def test_up_starts_everything_and_sigint_leaves_no_orphan(tmp_path):
     assert not [pid for pid in everything if _alive(pid)]
     assert _pids_with_env(f"TANDEM_DATA_DIR={data_dir}") == []
     assert not (data_dir / "redis" / "url").exists()
+
+
+def test_generations_a_previous_run_left_active_are_ended_at_start(
+    db, django_capture_on_commit_callbacks, monkeypatch
+):
+    """`up` was killed with streams open: at the next start their rows do not stay running
+    (no worker holds them any more), and their streams end with an error event."""
+    from fleet.console.management.commands.up import _close_orphans
+    from inference import streams
+    from inference.models import Generation
+    from inference.worker import messaging
+    from tests.serving.test_units import _pipeline, _submit
+
+    monkeypatch.setattr(messaging, "send", lambda *args: None)
+    p, nodes = _pipeline(verifiers=1)
+    verifier = nodes["verify"][0]
+    with django_capture_on_commit_callbacks(execute=True):
+        g = _submit(p)
+    Generation.objects.filter(pk=g.pk).update(state="running")
+    specs = [ChildSpec("node-verify", ["true"], node=verifier.name), ChildSpec("web", ["true"])]
+    with django_capture_on_commit_callbacks(execute=True):
+        _close_orphans(specs)
+    g.refresh_from_db()
+    assert g.state == "failed" and "was not running when Tandem started" in g.error
+    assert streams.read_all(g.pk)[-1][1]["type"] == "error"

@@ -61,10 +61,7 @@ def _node_child_exited(spec: launcher.ChildSpec, reason: str) -> None:
         return
     from inference.services import node_process_gone
 
-    try:
-        report = node_process_gone(node_ref=spec.node, reason=f"its worker {reason}")
-    finally:
-        connections.close_all()  # the supervisor holds no connection between events
+    report = node_process_gone(node_ref=spec.node, reason=f"its worker {reason}")
     if report["rerouted"] or report["failed"]:
         moved, failed = len(report["rerouted"]), len(report["failed"])
         print(f"  {spec.node}: {moved} generation(s) re-routed, {failed} ended with an error")
