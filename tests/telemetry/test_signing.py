@@ -8,7 +8,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from fleet.telemetry.aggregator import Aggregator
-from fleet.telemetry.ingest import encode
+from fleet.telemetry.ingest import STREAM, client, encode
 from fleet.telemetry.registry import load_registry
 from inference.agent import Agent
 from tests.telemetry import factories as f
@@ -66,3 +66,14 @@ def test_the_agent_signs_with_the_derived_key_or_the_one_it_was_given():
     assert Agent.telemetry_key(remote) is None  # nothing to sign with before the first reply
     remote.last_reply = {"telemetry_key": "k" * 64}
     assert Agent.telemetry_key(remote) == "k" * 64
+
+
+def test_what_an_agent_publishes_is_taken_by_the_aggregator():
+    v, token = f.node(name="gpu-1")
+    agent = SimpleNamespace(api_url="", node_id=v.id, token=token, _publish_warned=False)
+    agent.telemetry_key = lambda: Agent.telemetry_key(agent)
+    now = time.time()
+    Agent.publish(agent, f.verify_sample(ts=now))
+    [(_, fields)] = client().xrange(STREAM)
+    agg = _agg(now)
+    assert agg.ingest_entry(fields, now=now) and not agg.dropped
