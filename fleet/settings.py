@@ -7,12 +7,12 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from fleet.datadir import private_dir, private_sqlite, write_private
 from fleet.embedded_redis import discover
 from fleet.env import env_bool, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-DATA_DIR = Path(env_str("TANDEM_DATA_DIR", str(BASE_DIR / "data"))).resolve()
-DATA_DIR.mkdir(parents=True, exist_ok=True)
+DATA_DIR = private_dir(Path(env_str("TANDEM_DATA_DIR", str(BASE_DIR / "data"))).resolve())
 
 DEBUG = env_bool("DEBUG", False)
 PRODUCTION = env_bool("TANDEM_PRODUCTION", False)
@@ -27,8 +27,7 @@ def _secret_key() -> str:
     # Local use: generate once, keep it in the data directory (never in the repository).
     path = DATA_DIR / "secret_key"
     if not path.exists():
-        path.write_text(secrets.token_urlsafe(50))
-        path.chmod(0o600)
+        write_private(path, secrets.token_urlsafe(50))
     return path.read_text().strip()
 
 
@@ -118,6 +117,8 @@ else:
             "TEST": {"NAME": str(DATA_DIR / "test.sqlite3")},
         }
     }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    private_sqlite(DATABASES["default"]["NAME"])  # 0600, and so its WAL and SHM
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Redis: configured, or the embedded one started by `manage.py up` / the tests ----------

@@ -3,7 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from fleet.health import healthz
+from fleet.health import health, healthz, ping, version_view
 
 api_v1 = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
@@ -18,6 +18,9 @@ api_v1 = [
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
+    path("health", health, name="health"),  # the probes vLLM-compatible clients send
+    path("ping", ping, name="ping"),
+    path("version", version_view, name="version"),
     path("admin/", admin.site.urls),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),

@@ -224,13 +224,26 @@ class Agent:
 
             node_heartbeat(node=Node.objects.get(pk=self.node_id), **body)
 
+    def telemetry_key(self) -> str | None:
+        """The key its samples are signed with: given by the control plane in each heartbeat
+        reply when it is remote (None before the first reply), derived here otherwise (same
+        machine, same SECRET_KEY)."""
+        if self.api_url:
+            return (self.last_reply or {}).get("telemetry_key")
+        from fleet.nodes.signing import token_key
+
+        return token_key(self.node_id, self.token)
+
     def publish(self, sample: dict) -> None:
         try:
             from fleet.telemetry.ingest import publish_sample
         except ImportError:  # the console's telemetry ingest is optional
             return
         try:
-            publish_sample(self.node_id, sample, token=self.token)
+            key = self.telemetry_key()
+            if key is None:  # no heartbeat reply yet: nothing to sign with
+                return
+            publish_sample(self.node_id, sample, key=key)
         except Exception as exc:  # the telemetry stream must never stop heartbeats
             if not self._publish_warned:
                 self._publish_warned = True
@@ -246,12 +259,15 @@ class Agent:
                 logger.error("node %s: engine loop stalled; heartbeats stop", self.node_id)
                 continue
             try:
-                samples.append(self.sample())
-                self.publish(samples[-1])
-                if time.monotonic() >= next_beat:
-                    body, samples = self.heartbeat_body(samples), []
-                    next_beat = time.monotonic() + self.period_s
-                    self.send_heartbeat(body)
+                sample = self.sample()
+                samples.append(sample)
+                try:  # the heartbeat first: its reply may carry the signing key
+                    if time.monotonic() >= next_beat:
+                        body, samples = self.heartbeat_body(samples), []
+                        next_beat = time.monotonic() + self.period_s
+                        self.send_heartbeat(body)
+                finally:
+                    self.publish(sample)
             except Exception:
                 logger.exception("node %s: heartbeat failed", self.node_id)
                 next_beat = time.monotonic() + self.period_s

@@ -30,7 +30,7 @@ from redis.exceptions import RedisError
 
 from fleet.accounts.access import can
 from fleet.accounts.authentication import bearer_token, user_for_api_key
-from inference import services, sse
+from inference import readiness, services, sse
 from inference.models import Generation
 from inference.openai_format import (
     Job,
@@ -52,6 +52,7 @@ from inference.submission import (
     pipeline_named,
     prepare,
     servable_pipelines,
+    tokenizer_for,
 )
 
 log = logging.getLogger(__name__)
@@ -200,6 +201,7 @@ async def not_found(request, path: str = ""):
 def _prepare(body: dict, prompt, *, default_max_tokens, max_tokens_param="max_tokens") -> Prepared:
     """Sync: the pipeline lookup (DB) and tokenization (CPU)."""
     pipeline = pipeline_named(body.get("model"))
+    _refuse_while_warming_up(pipeline)
     return prepare(
         pipeline=pipeline,
         prompt=prompt if not callable(prompt) else prompt(pipeline),
@@ -215,6 +217,18 @@ def _prepare(body: dict, prompt, *, default_max_tokens, max_tokens_param="max_to
     )
 
 
+def _refuse_while_warming_up(pipeline) -> None:
+    """503 + Retry-After while the pipeline's model files are still being made (trained,
+    converted); a pipeline whose files are simply missing keeps its 400."""
+    try:
+        tokenizer_for(pipeline)  # cached per model path: the same lookup prepare() makes
+    except RequestError as exc:
+        state = readiness.not_ready(pipeline, cause=exc.message)
+        if state.warming_up:
+            raise NotReadyError(state) from exc
+        raise
+
+
 def _submit(prepared: Prepared, user) -> Generation:
     try:
         return services.generation_submit(
@@ -225,12 +239,21 @@ def _submit(prepared: Prepared, user) -> Generation:
             user=user,
         )
     except services.NoCapacity as exc:
-        raise OpenAIError(
-            503,
-            f"The model '{prepared.pipeline.name}' has no free capacity right now: {exc}",
-            type="server_error",
-            code="no_capacity",
-        ) from exc
+        raise NotReadyError(readiness.not_ready(prepared.pipeline, cause=str(exc))) from exc
+
+
+class NotReadyError(OpenAIError):
+    """503 + Retry-After: the pipeline is warming up, or short of healthy workers."""
+
+    def __init__(self, state: readiness.NotReady):
+        code = "model_not_ready" if state.warming_up else "no_capacity"
+        super().__init__(503, state.message, type="server_error", code=code)
+        self.retry_after_s = state.retry_after_s
+
+    def response(self) -> JsonResponse:
+        response = super().response()
+        response["Retry-After"] = str(self.retry_after_s)
+        return response
 
 
 def _cancel_quietly(generation_id) -> None:

@@ -9,6 +9,7 @@ pipeline's target model directory: `tokenizer.json` and `config.json`
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ class ModelTokenizer:
     tk: Tokenizer
     context_length: int
     chatml: bool
+    chat_template: str | None = None  # the model's own (tokenizer_config.json), Jinja
 
     def encode(self, text: str) -> list[int]:
         return self.tk.encode(text, add_special_tokens=False).ids
@@ -44,9 +46,14 @@ class ModelTokenizer:
         return self.tk.decode(list(ids), skip_special_tokens=True)
 
     def chat_prompt(self, messages: list[dict[str, str]]) -> str:
-        """ChatML when the tokenizer knows its special tokens (SmolLM2, Qwen2); otherwise a
+        """The model's own chat template when it has one (SmolLM2's adds its default system
+        turn); else ChatML when the tokenizer knows its special tokens (Qwen2); otherwise a
         plain `role: content` transcript (the byte-level demo model), ending on the
-        assistant's turn either way."""
+        assistant's turn every way."""
+        if self.chat_template:
+            return _compiled(self.chat_template).render(
+                messages=messages, add_generation_prompt=True
+            )
         if self.chatml:
             body = "".join(
                 f"{CHATML_START}{m['role']}\n{m['content']}{CHATML_END}\n" for m in messages
@@ -89,4 +96,24 @@ def _read(path: Path, tok_file: Path, cfg_file: Path) -> ModelTokenizer:
     if context <= 0:
         raise TokenizerUnavailable(f"{cfg_file} has no max_position_embeddings")
     chatml = tk.token_to_id(CHATML_START) is not None and tk.token_to_id(CHATML_END) is not None
-    return ModelTokenizer(path=path, tk=tk, context_length=context, chatml=chatml)
+    template = None
+    if (path / "tokenizer_config.json").exists():
+        try:
+            template = json.loads((path / "tokenizer_config.json").read_text()).get("chat_template")
+            if template is not None:
+                _compiled(template)
+        except Exception as exc:  # JSON and Jinja syntax errors
+            raise TokenizerUnavailable(f"cannot read the chat template at {path}: {exc}") from exc
+    return ModelTokenizer(
+        path, tk, context, chatml, template if isinstance(template, str) else None
+    )
+
+
+@functools.lru_cache(maxsize=16)
+def _compiled(template: str):
+    """A chat template compiled as transformers does: sandboxed (it comes with the model),
+    blocks trimmed."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    return env.from_string(template)

@@ -54,6 +54,7 @@ def pipeline_page(request, pk: int):
             "role", "node__name"
         ),
         "can_operate": can(request.user, "operate", pipeline),
+        "warmup": _warmup_of(pipeline),
     }
     if context["can_operate"]:
         from fleet.pipelines.views import actions_context  # the planner's controls
@@ -140,3 +141,9 @@ def wall_link_revoke_view(request, pk: int):
     wall_link_revoke(link=link, actor=request.user)
     messages.success(request, f"Wall link “{link.name}” revoked; its screens were disconnected.")
     return redirect("console:wall-links")
+
+
+def _warmup_of(pipeline):
+    from inference.readiness import warming_up
+
+    return warming_up([pipeline]).get(pipeline.pk)

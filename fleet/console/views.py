@@ -32,4 +32,15 @@ def home(request):
     context = {"sections": SECTIONS, "can_view": can(request.user, "view")}
     if context["can_view"]:  # the live overview (telemetry): viewers and up
         context["live"] = snapshot.read_fleet()
+        context["warming"] = _warming()
     return render(request, "console/home.html", context)
+
+
+def _warming() -> list:
+    """(pipeline, warm-up) of the real pipelines still preparing their models."""
+    from fleet.pipelines.models import Pipeline
+    from inference.readiness import warming_up
+
+    pipelines = list(Pipeline.objects.filter(simulated=False).order_by("name"))
+    found = warming_up(pipelines)
+    return [(p, found[p.pk]) for p in pipelines if p.pk in found]

@@ -214,7 +214,8 @@ class HeartbeatView(RegistryErrorsMixin, GenericAPIView):
         serializer = HeartbeatSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         node = services.node_heartbeat(node=request.user.node, **serializer.validated_data)
-        return Response(HeartbeatReplySerializer(node).data)
+        reply = HeartbeatReplySerializer(node, context={"token": request.auth})
+        return Response(reply.data)
 
 
 class ProfileViewSet(

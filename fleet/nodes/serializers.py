@@ -7,6 +7,7 @@ from rest_framework import serializers
 
 from fleet.nodes.choices import NodeRole, PowerSource
 from fleet.nodes.models import HardwareProfile, Node, NodeToken
+from fleet.nodes.signing import token_key
 from fleet.nodes.validators import (
     MAX_LABEL_VALUE,
     normalize_roles,
@@ -239,6 +240,13 @@ class HeartbeatReplySerializer(serializers.Serializer):
     roles = serializers.ListField(child=serializers.CharField())
     config_version = serializers.IntegerField(source="version")
     heartbeat_period_s = serializers.SerializerMethodField()
+    telemetry_key = serializers.SerializerMethodField(
+        help_text="The key this agent signs its telemetry samples with (its token's own)."
+    )
 
     def get_heartbeat_period_s(self, node) -> int:
         return settings.HEARTBEAT_PERIOD_S
+
+    def get_telemetry_key(self, node) -> str | None:
+        token = self.context.get("token")
+        return token_key(node.pk, token) if token else None

@@ -81,6 +81,11 @@ def _errors_text(exc: Exception) -> str:
 def pipeline_list(request):
     _require(request, "view")
     page = Paginator(selectors.pipeline_list(), PAGE_SIZE).get_page(request.GET.get("page"))
+    from inference.readiness import warming_up
+
+    warming = warming_up(page.object_list)
+    for pipeline in page.object_list:
+        pipeline.warmup = warming.get(pipeline.pk)
     return render(request, "pipelines/pipeline_list.html", {"page": page, "pipelines": page})
 
 

@@ -5,7 +5,7 @@ Node rows marked `simulated=True`, placed in simulated pipelines. Each tick the 
 models every pipeline with the planner's own roofline (`fleet.planner.model`), draws
 acceptance from the pipeline's configured alpha (numpy, vectorized over nodes), and sends
 one telemetry sample per node through the real ingest path (`publish_many`, signed with the
-node's token digest). It heartbeats the nodes in bulk and follows rebalancing: pipeline
+node's key, derived from its token digest and SECRET_KEY). It heartbeats the nodes in bulk and follows rebalancing: pipeline
 versions are polled every tick and placements/config re-read when they change (and every
 `reload_s` anyway), node states are re-read too (a drained node stops taking work).
 """
@@ -182,6 +182,8 @@ class Simulator:
 
     # --- state from the database -------------------------------------------------------------
     def load(self) -> None:
+        from fleet.telemetry.ingest import signing_key
+
         nodes = list(
             Node.objects.filter(
                 simulated=True, **({"name__startswith": f"{self.prefix}-"} if self.prefix else {})
@@ -195,7 +197,7 @@ class Simulator:
         tokens = NodeToken.objects.filter(
             node_id__in=self.node_ids, revoked_at__isnull=True
         ).values_list("node_id", "token_hash")
-        self.keys = dict(tokens)
+        self.keys = {node_id: signing_key(node_id, token_hash) for node_id, token_hash in tokens}
         placements = list(
             Placement.objects.filter(node_id__in=self.node_ids).select_related(
                 "pipeline", "node__profile"

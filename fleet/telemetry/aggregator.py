@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 
 from asgiref.sync import sync_to_async
 
-from fleet.telemetry import payloads
+from fleet.telemetry import admission, payloads
 from fleet.telemetry.ingest import STREAM, verify
 from fleet.telemetry.registry import NodeInfo, Registry, load_registry
 from fleet.telemetry.samples import InvalidSample, normalize
@@ -130,11 +130,29 @@ class Aggregator:
             return False
         try:
             sample = normalize(json.loads(body))
-        except (ValueError, InvalidSample):
+        except (ValueError, InvalidSample, RecursionError):
             self.dropped["malformed"] += 1
+            return False
+        reason = self.unbelievable(node_id, sample, now=now)
+        if reason is not None:
+            self.dropped[reason] += 1
             return False
         self.add_sample(node_id, sample, now=now)
         return True
+
+    def unbelievable(self, node_id: int, sample: dict, *, now: float) -> str | None:
+        """Why a verified sample is not taken (replay, stale, future, impossible), or None."""
+        state = self.nodes.get(node_id)
+        last_ts = state.last["ts"] if state is not None and state.last else None
+        reason = admission.freshness(sample["ts"], now=now, last_ts=last_ts)
+        if reason is not None:
+            return reason
+        field = admission.impossible(sample, self.registry.nodes[node_id].limits)
+        if field is not None:
+            if not self.dropped["impossible"]:
+                log.warning("aggregator: node %s reports an impossible %s; dropped", node_id, field)
+            return "impossible"
+        return None
 
     @property
     def has_unknown(self) -> bool:

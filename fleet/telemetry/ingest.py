@@ -4,14 +4,21 @@ One XADD per sample (or a pipeline of them), never an HTTP request per sample. T
 capped (`MAXLEN ~ STREAM_MAXLEN`): raw samples are not kept, only rollups are.
 
 Authenticity: an agent holds its node token `tdn_...`; the control plane stores only its
-SHA-256 digest. The agent signs each sample with HMAC-SHA256 keyed by that digest (hex), so
-the aggregator verifies with what it stores and no secret ever travels or is stored in
-clear. Bad signatures are dropped and counted.
+SHA-256 digest. Samples are signed with HMAC-SHA256 under a per-node key DERIVED from the
+server's SECRET_KEY, the node id and that digest (`fleet.nodes.signing`): reading the
+database is not enough to forge a node's telemetry, and the key is stored nowhere.
+Who computes it:
+- the aggregator and the simulator: from the digests they read and SECRET_KEY;
+- a node worker on the control plane's machine: from its plain token and SECRET_KEY;
+- a node worker talking to a remote control plane (TANDEM_API_URL): it receives the key in
+  its heartbeat reply, authenticated by its token (it never needs SECRET_KEY).
+Bad signatures are dropped and counted; so are replays, stale or future samples and
+physically impossible counters (`fleet.telemetry.admission`).
 
     from fleet.telemetry.ingest import publish_sample
     publish_sample(node_id, {"ts": time.time(), "interval_s": 1.0, ...}, token=plain_token)
 
-(`key=` takes the digest directly, e.g. in the simulator, which reads it from the DB.)
+(`key=` takes a derived key directly: the simulator, or an agent given it by the control plane.)
 The sample's keys are documented in `fleet.telemetry.samples`.
 """
 
@@ -26,15 +33,12 @@ import redis as redis_lib
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from fleet.nodes.signing import signing_key as signing_key  # re-exported for publishers
+from fleet.nodes.signing import token_key
 from fleet.telemetry.samples import normalize
 
 STREAM = "tandem:telemetry"
 STREAM_MAXLEN = 100_000
-
-
-def signing_key(token: str) -> str:
-    """The HMAC key of a node token: its SHA-256 hex digest (what the nodes app stores)."""
-    return hashlib.sha256(token.encode()).hexdigest()
 
 
 def sign(body: bytes | str, key: str) -> str:
@@ -73,10 +77,10 @@ def client(url: str | None = None) -> redis_lib.Redis:
     return _clients[url]
 
 
-def _key(token: str | None, key: str | None) -> str:
+def _key(node_id: int, token: str | None, key: str | None) -> str:
     if (token is None) == (key is None):
-        raise ValueError("pass exactly one of token= (plain node token) or key= (its digest)")
-    return key if key is not None else signing_key(token)
+        raise ValueError("pass exactly one of token= (plain node token) or key= (derived key)")
+    return key if key is not None else token_key(node_id, token)
 
 
 def publish_sample(
@@ -89,7 +93,7 @@ def publish_sample(
 ) -> str:
     """Validate, sign and XADD one sample; returns the stream entry id.
     Raises `fleet.telemetry.samples.InvalidSample` for a malformed sample."""
-    entry = encode(node_id, sample, key=_key(token, key))
+    entry = encode(node_id, sample, key=_key(node_id, token, key))
     r = redis or client()
     entry_id = r.xadd(STREAM, entry, maxlen=STREAM_MAXLEN, approximate=True)
     return entry_id.decode() if isinstance(entry_id, bytes) else entry_id

@@ -32,6 +32,7 @@ from prometheus_client.core import (
 from fleet.accounts.access import can
 from fleet.accounts.authentication import bearer_token, user_for_api_key
 from fleet.accounts.secrets import same
+from fleet.telemetry import admission
 from fleet.telemetry.samples import LATENCY_BUCKETS
 from fleet.telemetry.snapshot import read_all
 
@@ -181,7 +182,7 @@ class SnapshotCollector:
         dropped = CounterMetricFamily(
             P + "telemetry_samples_dropped", "Samples dropped, by reason.", labels=["reason"]
         )
-        for reason in ("bad_signature", "malformed", "unknown_node"):
+        for reason in admission.REASONS:
             dropped.add_metric([reason], (meta.get("dropped") or {}).get(reason, 0))
         yield dropped
         up = GaugeMetricFamily(P + "aggregator_last_tick_timestamp_seconds", "Last tick.")

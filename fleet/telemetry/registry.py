@@ -1,13 +1,16 @@
 """What the aggregator needs to know from the database, loaded in one go and refreshed every
-few seconds: nodes (state, profile, placement), pipelines (configuration) and the digests of
-active node tokens (to verify sample signatures)."""
+few seconds: nodes (state, profile and what it can physically do, placement), pipelines
+(configuration) and the signing keys of active node tokens (derived from their digests with
+SECRET_KEY, see `fleet.telemetry.ingest.signing_key`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from fleet.nodes.models import Node, NodeToken
+from fleet.nodes.signing import signing_key
 from fleet.pipelines.models import Pipeline, Placement
+from fleet.telemetry.admission import Limits
 
 
 @dataclass(frozen=True)
@@ -20,6 +23,7 @@ class NodeInfo:
     kind: str
     pipeline_id: int | None
     role: str | None  # placement role; None when the node is not placed
+    limits: Limits  # what its hardware can do per second (from its profile)
 
 
 @dataclass(frozen=True)
@@ -58,7 +62,16 @@ def load_registry() -> Registry:
     for n in (
         Node.objects.not_retired()
         .select_related("profile")
-        .only("id", "name", "state", "simulated", "profile__slug", "profile__kind")
+        .only(
+            "id",
+            "name",
+            "state",
+            "simulated",
+            "profile__slug",
+            "profile__kind",
+            "profile__peak_bf16_tflops",
+            "profile__tdp_w",
+        )
     ):
         pipeline_id, role = placements.get(n.id, (None, None))
         nodes[n.id] = NodeInfo(
@@ -70,6 +83,9 @@ def load_registry() -> Registry:
             kind=n.profile.kind,
             pipeline_id=pipeline_id,
             role=role,
+            limits=Limits.of_profile(
+                peak_bf16_tflops=n.profile.peak_bf16_tflops, tdp_w=n.profile.tdp_w
+            ),
         )
     pipelines = {
         p.id: PipelineInfo(id=p.id, name=p.name, simulated=p.simulated, config=pipeline_config(p))
@@ -80,5 +96,5 @@ def load_registry() -> Registry:
         "node_id", "token_hash"
     ):
         if node_id in nodes:
-            keys.setdefault(node_id, []).append(token_hash)
+            keys.setdefault(node_id, []).append(signing_key(node_id, token_hash))
     return Registry(nodes=nodes, pipelines=pipelines, keys=keys)

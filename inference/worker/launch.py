@@ -1,31 +1,39 @@
-"""`manage.py up` children: one drafter and one verifier worker of the demo pipeline on
-this machine (`run_node --demo` trains the demo pair first if it is missing)."""
+"""`manage.py up` children: a drafter and a verifier worker for each of this machine's
+pipelines (TANDEM_DEFAULT_PIPELINES; `run_node --local NAME` prepares the pipeline's models
+first if they are missing: see `inference.worker.local`)."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 from fleet.launcher import ChildSpec
-from inference.worker.demo import NODE_NAMES
+from inference.worker.local import PIPELINES, default_pipelines, node_name
+
+
+def _unset(defaults: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in defaults.items() if k not in os.environ}
 
 
 def node_children(settings) -> list[ChildSpec]:
     return [
         ChildSpec(
-            name=f"node-{role}",
+            name=f"node-{name}-{role}",
             argv=[
                 sys.executable,
                 str(settings.BASE_DIR / "manage.py"),
                 "run_node",
                 "--role",
                 role,
-                "--demo",
+                "--local",
+                name,
                 "--loglevel",
                 "WARNING",
             ],  # fmt: skip
-            env={"OMP_NUM_THREADS": "1"},
+            env={"OMP_NUM_THREADS": "1"} | _unset(PIPELINES[name].worker_env),
             stop_timeout_s=10.0,
-            node=NODE_NAMES[role],  # lost at once if this worker dies (fleet/launcher.py)
+            node=node_name(name, role),  # lost at once if this worker dies (fleet/launcher.py)
         )
+        for name in default_pipelines()
         for role in ("verify", "draft")
     ]

@@ -39,7 +39,7 @@ def world():
     agg = Aggregator()
     agg.set_registry(load_registry())
     now = time.time()
-    agg.ingest_entry(encode(v.id, f.verify_sample(ts=now), key=f.key_of(token)), now=now)
+    agg.ingest_entry(encode(v.id, f.verify_sample(ts=now), key=f.key_of(v.id, token)), now=now)
     snap = agg.build(now)["snapshot"]
     client().hset(LIVE_KEY, mapping=snap)
     return {"pipeline": p, "v": v, "d": d}

@@ -269,7 +269,10 @@ def test_up_starts_everything_and_sigint_leaves_no_orphan(tmp_path):
         assert _get(f"{base}/static/css/tandem.css") == 200
 
         output = log.read_text()
-        assert re.search(r"password: \S{20,}", output)
+        password_file = data_dir / "admin-password"  # 0600; never in a captured stdout
+        password = password_file.read_text().strip()
+        assert len(password) >= 20 and password not in output
+        assert str(password_file) in output and password_file.stat().st_mode & 0o777 == 0o600
         named = dict(re.findall(r"started ([\w-]+) +pid (\d+)", output))
         assert {"redis", "worker", "web"} <= set(named)  # and any registered children
         started = {int(pid) for pid in named.values()}

@@ -11,6 +11,7 @@ from fleet.pipelines.models import Pipeline, Placement
 from fleet.pipelines.services import node_drain, pipeline_set_k_policy
 from fleet.planner import simulator
 from fleet.telemetry.ingest import STREAM, client, verify
+from fleet.telemetry.registry import load_registry
 
 pytestmark = pytest.mark.django_db
 
@@ -36,12 +37,14 @@ def test_small_fleet_sends_signed_samples_to_the_real_stream():
     sim.run(seconds=0.2)
     entries = [e for e in _entries(r, start) if e[0].decode() != start]
     assert len(entries) >= 12
-    keys = dict(Node.objects.filter(simulated=True).values_list("pk", "tokens__token_hash"))
+    digests = dict(Node.objects.filter(simulated=True).values_list("pk", "tokens__token_hash"))
+    keys = load_registry().keys  # what the aggregator verifies with
     verifier_bodies = []
     for _, fields in entries:
         node_id = int(fields[b"node"])
         body = fields[b"body"].decode()
-        assert verify(body, fields[b"sig"].decode(), [keys[node_id]])
+        assert verify(body, fields[b"sig"].decode(), keys[node_id])
+        assert not verify(body, fields[b"sig"].decode(), [digests[node_id]])  # not the DB's
         sample = json.loads(body)
         assert sample["simulated"] is True and sample["power_source"] == "modeled"
         if sample["role"] == "verify":

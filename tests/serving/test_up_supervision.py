@@ -144,7 +144,7 @@ def test_up_survives_killed_node_workers(tmp_path):
     _write_demo_pair(data_dir / "models")
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
-    env.update(TANDEM_DATA_DIR=str(data_dir), TANDEM_PORT=str(port), TANDEM_SIMULATOR="0",
+    env.update(TANDEM_DATA_DIR=str(data_dir), TANDEM_PORT=str(port), TANDEM_SIMULATOR="0", TANDEM_DEFAULT_PIPELINES="demo",
                PYTHONUNBUFFERED="1", TANDEM_NODE_SLOTS="8")  # fmt: skip
     base, log = f"http://127.0.0.1:{port}", tmp_path / "up.log"
     with log.open("w") as out:
@@ -189,12 +189,12 @@ def test_up_survives_killed_node_workers(tmp_path):
             s.start()
         _wait(lambda: all(len(s.lines) >= 3 for s in streams), 120, "4 streams flowing", log)
         assert api.post(f"/api/v1/nodes/{info['node']}/return").status_code == 200
-        victim = _pid_of(log, "node-verify")
+        victim = _pid_of(log, "node-demo-verify")
         os.killpg(victim, signal.SIGKILL)
         killed_at = time.monotonic()
-        _wait(lambda: (_pid_of(log, "node-verify", "restarted") or 0) != 0
+        _wait(lambda: (_pid_of(log, "node-demo-verify", "restarted") or 0) != 0
               and node("demo-verify")["state"] == "online",
-              30 - (time.monotonic() - killed_at), "node-verify back within 30 s", log)  # fmt: skip
+              30 - (time.monotonic() - killed_at), "node-demo-verify back within 30 s", log)  # fmt: skip
         for s in streams:
             s.join(180)
             assert not s.is_alive() and s.failure is None, (s.failure, log.read_text())
@@ -217,7 +217,7 @@ def test_up_survives_killed_node_workers(tmp_path):
         for s in streams:
             s.start()
         _wait(lambda: all(len(s.lines) >= 3 for s in streams), 120, "2 streams flowing", log)
-        os.killpg(_pid_of(log, "node-draft"), signal.SIGKILL)
+        os.killpg(_pid_of(log, "node-demo-draft"), signal.SIGKILL)
         killed_at = time.monotonic()
         for s in streams:
             s.join(30)
@@ -226,14 +226,14 @@ def test_up_survives_killed_node_workers(tmp_path):
             (error,) = s.errors()
             assert "demo-draft (drafter) is lost" in error["message"], error
             assert "no healthy drafter" in error["message"], error
-        _wait(lambda: _pid_of(log, "node-draft", "restarted"), 30, "node-draft back", log)
+        _wait(lambda: _pid_of(log, "node-demo-draft", "restarted"), 30, "node-demo-draft back", log)
 
         health.stop.set()
         health.join(5)
         assert health.polls > 20 and health.bad == [], health.bad
         listing = api.get("/api/v1/processes").json()
         restarted = {p["name"]: p["restarts"] for p in listing["processes"]}
-        assert restarted["node-verify"] == 1 and restarted["node-draft"] == 1, listing
+        assert restarted["node-demo-verify"] == 1 and restarted["node-demo-draft"] == 1, listing
         rows = api.get("/api/v1/generations", params={"limit": 100}).json()["results"]
         assert not [g for g in rows if g["state"] in ("queued", "running")]
 

@@ -8,7 +8,7 @@ import time
 from fleet.accounts.secrets import new_secret
 from fleet.nodes.models import HardwareProfile, Node, NodeToken
 from fleet.pipelines.models import Pipeline, Placement
-from fleet.telemetry.ingest import signing_key
+from fleet.telemetry.ingest import token_key
 from fleet.telemetry.samples import N_BUCKETS
 
 _seq = itertools.count(1)
@@ -92,8 +92,9 @@ def draft_sample(ts: float | None = None, **over) -> dict:
     return sample
 
 
-def key_of(plain: str) -> str:
-    return signing_key(plain)
+def key_of(node_id: int, plain: str) -> str:
+    """The signing key of node `node_id` holding the plain token `plain`."""
+    return token_key(node_id, plain)
 
 
 EMPTY_HIST = [0] * N_BUCKETS

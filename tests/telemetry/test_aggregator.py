@@ -36,7 +36,7 @@ def _agg(now=1000.0):
 
 def test_publish_sample_puts_a_signed_entry_on_the_stream(fleet_setup):
     v, token = fleet_setup["v"]
-    entry_id = publish_sample(v.id, f.verify_sample(), token=token)
+    entry_id = publish_sample(v.id, f.verify_sample(ts=1000.0), token=token)
     [(got_id, fields)] = client().xrange(STREAM, min=entry_id, max=entry_id)
     assert fields[b"node"] == str(v.id).encode()
     body = json.loads(fields[b"body"])
@@ -46,16 +46,16 @@ def test_publish_sample_puts_a_signed_entry_on_the_stream(fleet_setup):
     with pytest.raises(InvalidSample):
         publish_sample(v.id, {"ts": "bad"}, token=token)
     with pytest.raises(ValueError):
-        publish_sample(v.id, f.verify_sample())  # neither token nor key
+        publish_sample(v.id, f.verify_sample(ts=1000.0))  # neither token nor key
 
 
 def test_bad_signatures_and_unknown_nodes_are_dropped_and_counted(fleet_setup):
     v, token = fleet_setup["v"]
     agg = _agg()
-    forged = encode(v.id, f.verify_sample(), key=f.key_of("tdn_wrong_token"))
+    forged = encode(v.id, f.verify_sample(ts=1000.0), key=f.key_of(v.id, "tdn_wrong_token"))
     assert not agg.ingest_entry(forged, now=1000.0)
     assert agg.dropped["bad_signature"] == 1
-    tampered = encode(v.id, f.verify_sample(), key=f.key_of(token))
+    tampered = encode(v.id, f.verify_sample(ts=1000.0), key=f.key_of(v.id, token))
     tampered["body"] = tampered["body"].replace(
         '"num_accepted_tokens":24', '"num_accepted_tokens":40'
     )
@@ -63,9 +63,12 @@ def test_bad_signatures_and_unknown_nodes_are_dropped_and_counted(fleet_setup):
     assert agg.dropped["bad_signature"] == 2
     # another node's valid token does not sign for this node
     _, d_token = fleet_setup["d"]
-    assert not agg.ingest_entry(encode(v.id, f.verify_sample(), key=f.key_of(d_token)), now=1000.0)
+    assert not agg.ingest_entry(
+        encode(v.id, f.verify_sample(ts=1000.0), key=f.key_of(fleet_setup["d"][0].id, d_token)),
+        now=1000.0,
+    )
     # unknown node: held until the next registry refresh, then dropped
-    assert not agg.ingest_entry(encode(999_999, f.verify_sample(), key="x"), now=1000.0)
+    assert not agg.ingest_entry(encode(999_999, f.verify_sample(ts=1000.0), key="x"), now=1000.0)
     assert agg.has_unknown
     agg.set_registry(load_registry())
     assert agg.dropped["unknown_node"] == 1 and not agg.has_unknown
@@ -75,7 +78,9 @@ def test_bad_signatures_and_unknown_nodes_are_dropped_and_counted(fleet_setup):
 def test_a_node_registered_after_its_first_sample_is_picked_up(fleet_setup):
     agg = _agg()
     late, token = f.node(name="late-1")
-    assert not agg.ingest_entry(encode(late.id, f.verify_sample(), key=f.key_of(token)), now=1000.0)
+    assert not agg.ingest_entry(
+        encode(late.id, f.verify_sample(ts=1000.0), key=f.key_of(late.id, token)), now=1000.0
+    )
     agg.set_registry(load_registry())
     assert agg.samples_ok == 1
 
@@ -84,7 +89,9 @@ def test_revoked_token_stops_signing(fleet_setup):
     v, token = fleet_setup["v"]
     v.tokens.update(revoked_at=timezone.now())
     agg = _agg()
-    assert not agg.ingest_entry(encode(v.id, f.verify_sample(), key=f.key_of(token)), now=1000.0)
+    assert not agg.ingest_entry(
+        encode(v.id, f.verify_sample(ts=1000.0), key=f.key_of(v.id, token)), now=1000.0
+    )
     assert agg.dropped["bad_signature"] == 1
 
 
@@ -94,10 +101,10 @@ def test_build_fleet_pipeline_and_node_messages(fleet_setup):
     agg = _agg()
     for i in range(3):
         agg.ingest_entry(
-            encode(v.id, f.verify_sample(ts=997.0 + i), key=f.key_of(vt)), now=998.0 + i
+            encode(v.id, f.verify_sample(ts=997.0 + i), key=f.key_of(v.id, vt)), now=998.0 + i
         )
         agg.ingest_entry(
-            encode(d.id, f.draft_sample(ts=997.0 + i), key=f.key_of(dt)), now=998.0 + i
+            encode(d.id, f.draft_sample(ts=997.0 + i), key=f.key_of(d.id, dt)), now=998.0 + i
         )
     built = agg.build(1000.0)
     fleet = built["fleet"]
@@ -140,7 +147,7 @@ def test_rollups_written_pruned_and_charted(fleet_setup):
     agg.set_registry(load_registry())
     for i in range(10):
         agg.ingest_entry(
-            encode(v.id, f.verify_sample(ts=start + i), key=f.key_of(vt)), now=start + i
+            encode(v.id, f.verify_sample(ts=start + i), key=f.key_of(v.id, vt)), now=start + i
         )
     assert agg.close_buckets(start + 9.9) == []
     rows = agg.close_buckets(start + 10.1)
@@ -168,7 +175,7 @@ def test_rollups_written_pruned_and_charted(fleet_setup):
 def test_node_state_changes_show_through_after_a_registry_refresh(fleet_setup):
     (v, vt) = fleet_setup["v"]
     agg = _agg()
-    agg.ingest_entry(encode(v.id, f.verify_sample(ts=999.0), key=f.key_of(vt)), now=999.5)
+    agg.ingest_entry(encode(v.id, f.verify_sample(ts=999.0), key=f.key_of(v.id, vt)), now=999.5)
     assert agg.build(1000.0)["node_rows"][v.id]["state"] == "online"
     type(v).objects.filter(pk=v.pk).update(state="lost")
     agg.set_registry(load_registry())

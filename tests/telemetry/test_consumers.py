@@ -62,7 +62,7 @@ async def _tick_with(v, token) -> None:
     agg = Aggregator()
     agg.set_registry(await sync_to_async(load_registry)())
     now = time.time()
-    agg.ingest_entry(encode(v.id, f.verify_sample(ts=now), key=f.key_of(token)), now=now)
+    agg.ingest_entry(encode(v.id, f.verify_sample(ts=now), key=f.key_of(v.id, token)), now=now)
     r = aioredis.from_url(settings.REDIS_URL)
     await agg._tick(r, get_channel_layer(), now)
     await r.aclose()

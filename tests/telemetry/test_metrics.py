@@ -26,8 +26,12 @@ def live():
     agg.set_registry(load_registry())
     now = time.time()
     for i in range(3):
-        agg.ingest_entry(encode(v.id, f.verify_sample(ts=now + i), key=f.key_of(vt)), now=now + i)
-        agg.ingest_entry(encode(d.id, f.draft_sample(ts=now + i), key=f.key_of(dt)), now=now + i)
+        agg.ingest_entry(
+            encode(v.id, f.verify_sample(ts=now + i), key=f.key_of(v.id, vt)), now=now + i
+        )
+        agg.ingest_entry(
+            encode(d.id, f.draft_sample(ts=now + i), key=f.key_of(d.id, dt)), now=now + i
+        )
     client().hset(LIVE_KEY, mapping=agg.build(now + 2.5)["snapshot"])
 
 

@@ -20,19 +20,23 @@ class Command(BaseCommand):
         parser.add_argument("--node", default=os.environ.get("TANDEM_NODE_ID", ""))
         parser.add_argument("--loglevel", default="WARNING")
         parser.add_argument(
-            "--demo",
-            action="store_true",
-            help="Set up the demo pair and pipeline first if missing (used by `manage.py up`)",
+            "--local",
+            default="",
+            metavar="PIPELINE",
+            help="Serve this machine's pipeline PIPELINE (smollm2, demo), setting up its rows "
+            "and models first if missing (used by `manage.py up`)",
         )
+        parser.add_argument("--demo", action="store_true", help="the same as --local demo")
 
-    def handle(self, *args, role, node, loglevel, demo, **options):
+    def handle(self, *args, role, node, loglevel, local, demo, **options):
         from inference.worker import node as worker_node
 
         token = os.environ.get("TANDEM_NODE_TOKEN", "")
-        if demo:
-            from inference.worker.demo import ensure_demo
+        local = local or ("demo" if demo else "")
+        if local:
+            from inference.worker.local import ensure_local
 
-            node, token = ensure_demo(role=role, log=self.stdout.write)
+            node, token = ensure_local(name=local, role=role, log=self.stdout.write)
         if not node:
             raise CommandError("set TANDEM_NODE_ID (node id or name) or pass --node")
         if not token:

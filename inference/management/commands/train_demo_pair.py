@@ -28,8 +28,14 @@ class Command(BaseCommand):
         parser.add_argument(
             "--threads", type=int, default=None, help="torch threads (default: all usable CPUs)"
         )
+        parser.add_argument(
+            "--report-to",
+            default=None,
+            metavar="PIPELINE",
+            help="also publish the progress as PIPELINE's warm-up (shown on the console)",
+        )
 
-    def handle(self, *args, out, seed, force, preset, threads, **options):
+    def handle(self, *args, out, seed, force, preset, threads, report_to, **options):
         from inference.training.demo_pair import (  # fmt: skip
             PRESETS,
             TqdmProgress,
@@ -48,12 +54,14 @@ class Command(BaseCommand):
                 f"demo pair already in {out_dir} (seed {m.get('seed')}); use --force to retrain"
             )
             return
+        total = total_units(PRESETS[preset])
+        progress = TqdmProgress(total) if not report_to else _reported_progress(total, report_to)
         manifest = train_demo_pair(
             out_dir,
             seed=seed,
             preset=preset,
             threads=threads,
-            progress=TqdmProgress(total_units(PRESETS[preset])),
+            progress=progress,
             log=self.stdout.write,
         )
         g = manifest["heldout"]["greedy"]
@@ -65,3 +73,23 @@ class Command(BaseCommand):
                 f"{manifest['timings_s']['total_s']:.0f} s"
             )
         )
+
+
+def _reported_progress(total: int, pipeline: str):
+    """A terminal progress bar that also tells `inference.warmup` (the console, the API)."""
+    from inference.training.demo_pair import TqdmProgress
+    from inference.warmup import Reporter
+
+    class Reported(TqdmProgress):
+        def __init__(self) -> None:
+            super().__init__(total)
+            self.reporter = Reporter(
+                pipeline=pipeline, waiting_for="training the demo model pair (once)"
+            )
+            self.reporter.report(0.0, force=True)
+
+        def advance(self, n: int = 1, desc: str | None = None, **postfix) -> None:
+            super().advance(n, desc, **postfix)
+            self.reporter.report(self.bar.n / self.total)
+
+    return Reported()

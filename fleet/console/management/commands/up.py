@@ -22,11 +22,14 @@ from django.db import connections, transaction
 
 from fleet import launcher
 from fleet.accounts.services import user_set_role
+from fleet.datadir import write_private
 from fleet.embedded_redis import ensure_redis_url
 from fleet.env import env_int, env_str
 from fleet.supervision import state_path
 
 ADMIN_USERNAME = "admin"
+# The first-run password is written here (0600), never to a log or a captured stdout.
+PASSWORD_FILE = "admin-password"
 
 
 def _check_port_free(host: str, port: int) -> None:
@@ -110,6 +113,8 @@ class Command(BaseCommand):
 
             call_command("migrate", interactive=False, verbosity=0)
             password = _create_first_admin()
+            if password:
+                write_private(settings.DATA_DIR / PASSWORD_FILE, password + "\n")
             call_command("collectstatic", interactive=False, verbosity=0)
             connections.close_all()
 
@@ -160,12 +165,16 @@ class Command(BaseCommand):
         lines = ["", self.style.SUCCESS(f"Tandem is running at {url}")]
         lines.append(f"  API docs: {url}api/v1/docs/")
         if password:
+            where = settings.DATA_DIR / PASSWORD_FILE
             lines += [
                 "",
-                self.style.WARNING("  First run: an admin account was created. Its password is"),
-                self.style.WARNING("  shown this once and stored nowhere in plain text:"),
-                f"    username: {ADMIN_USERNAME}",
-                f"    password: {password}",
+                self.style.WARNING(
+                    f"  First run: an admin account `{ADMIN_USERNAME}` was created."
+                ),
+                self.style.WARNING(f"  Its password is in {where} (readable by you only);"),
+                self.style.WARNING("  change it at /admin/, then delete that file."),
             ]
+            if self.stdout.isatty():  # a person, not a log, is reading: show it too
+                lines.append(f"    password: {password}")
         lines += ["", "Press Ctrl-C to stop.", ""]
         self._say("\n".join(lines))

@@ -155,6 +155,7 @@ class Command(BaseCommand):
         from fleet.console.services import wall_token
         from fleet.nodes.models import HardwareProfile, Node, NodeToken
         from fleet.pipelines.models import Pipeline, Placement
+        from fleet.telemetry.ingest import signing_key
 
         with transaction.atomic():
             profile = HardwareProfile.objects.order_by("id").first()
@@ -196,7 +197,8 @@ class Command(BaseCommand):
                 plain, prefix, digest = new_secret("tdn")
                 tokens.append(NodeToken(node=node, prefix=prefix, token_hash=digest))
                 role = "verify" if i % 5 == 0 else "draft"
-                keyed.append((node.pk, digest, role, pipes[i % n_pipelines].pk))
+                key = signing_key(node.pk, digest)
+                keyed.append((node.pk, key, role, pipes[i % n_pipelines].pk))
             NodeToken.objects.bulk_create(tokens)
             Placement.objects.bulk_create(
                 Placement(node_id=nid, pipeline_id=pid, role=role) for nid, _, role, pid in keyed

