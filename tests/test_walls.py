@@ -1,0 +1,346 @@
+"""The walls of DESIGN.md ("Rooms and walls") and issue 11, guarded by imports.
+
+Two kinds of check:
+
+- static: every `import` of a package's files, at module level or inside a function (a lazy
+  import crosses a wall as surely as a top-level one), resolved to absolute dotted names;
+- runtime: a fresh interpreter imports a whole process's modules and looks at `sys.modules`
+  (what a module drags in through others).
+
+A wall that does not hold yet is `xfail(strict=True)` with the issue that closes it: the day it
+holds, the test reports XPASS as a failure, so the marker is removed and the wall stays shut.
+A wall around a package that issue 11 creates (`inference/serving/`, `inference/wire.py`, the
+aggregator's synchronous core) is skipped, saying so, while that package does not exist.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TORCH_SIDE = ("torch", "inference.engine", "inference.training", "inference.worker")
+DATABASE = ("django.db", "django.contrib.auth", "django.contrib.sessions")
+
+
+# -- static: what a file imports -------------------------------------------------------------
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def source_files(*places: str, commands: bool = True) -> list[Path]:
+    """The .py files of packages or single modules given as repo paths (missing ones: none)."""
+    files: list[Path] = []
+    for place in places:
+        path = ROOT / place
+        if path.is_file():
+            files.append(path)
+        elif path.is_dir():
+            files.extend(
+                p
+                for p in sorted(path.rglob("*.py"))
+                if "migrations" not in p.parts
+                and "__pycache__" not in p.parts
+                and (commands or "management" not in p.parts)
+            )
+    return files
+
+
+def imported_names(path: Path) -> dict[str, int]:
+    """{absolute dotted name: first line} for every import of a file; `from a import b` gives
+    both `a` and `a.b` (b may be a module)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: dict[str, int] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                found.setdefault(alias.name, node.lineno)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            found.setdefault(base, node.lineno)
+            for alias in node.names:
+                found.setdefault(f"{base}.{alias.name}", node.lineno)
+    return found
+
+
+def matches(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def crossings(files: list[Path], forbidden: tuple[str, ...], allowed: tuple[str, ...] = ()):
+    """'path:line imports name' for each import of a forbidden name (unless allowed)."""
+    out = []
+    for path in files:
+        for name, line in imported_names(path).items():
+            if matches(name, forbidden) and not matches(name, allowed):
+                out.append(f"{path.relative_to(ROOT)}:{line} imports {name}")
+    return sorted(set(out))
+
+
+def require(*places: str, why: str) -> None:
+    if not any((ROOT / p).exists() for p in places):
+        pytest.skip(f"issue 11 creates {' or '.join(places)}: {why}")
+
+
+# -- runtime: what a process drags in -------------------------------------------------------
+
+# Imports every module given (packages: all their modules, commands and migrations left out),
+# after Django is set up the way the process sets it up, and prints the top-level names found.
+PROBE = """
+import importlib, json, os, pkgutil, sys
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fleet.settings")
+setup, names = sys.argv[1], sys.argv[2:]
+if setup == "asgi":
+    from fleet.asgi import application  # noqa: F401  (django.setup(), the websocket routes)
+    from django.urls import get_resolver
+    get_resolver().url_patterns  # every URLconf and the views behind it
+for name in names:
+    module = importlib.import_module(name)
+    for info in pkgutil.walk_packages(getattr(module, "__path__", []), name + "."):
+        if ".management." not in info.name and ".migrations" not in info.name:
+            importlib.import_module(info.name)
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def loaded_after_import(setup: str, *names: str) -> set[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DJANGO_SETTINGS_MODULE": "fleet.settings"}
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, setup, *names],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return set(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def present(*modules: str) -> list[str]:
+    """Those of `modules` (inference root modules) that exist in this tree."""
+    return [m for m in modules if (ROOT / (m.replace(".", "/") + ".py")).exists()]
+
+
+# The web side of inference: the serving package once issue 11 seats it, the web modules at
+# inference/'s root until then, and the shared modules both sides import.
+WEB_INFERENCE_TODAY = [
+    f"inference.{m}"
+    for m in "api openai_api openai_format openai_urls urls_api sse submission tokenization "
+    "streams readiness warmup".split()
+]
+SHARED_INFERENCE = ["inference.models", "inference.services", "inference.selectors"]
+SHARED_INFERENCE += ["inference.router", "inference.wire"]
+
+
+def web_inference_modules() -> list[str]:
+    if (ROOT / "inference/serving").is_dir():
+        return ["inference.serving", *present(*SHARED_INFERENCE)]
+    return present(*WEB_INFERENCE_TODAY, *SHARED_INFERENCE)
+
+
+# -- the walls -------------------------------------------------------------------------------
+
+
+def test_engine_imports_neither_django_nor_celery():
+    files = source_files("inference/engine")
+    assert files
+    assert crossings(files, ("django", "celery", "fleet", "channels", "rest_framework")) == []
+    loaded = loaded_after_import("none", "inference.engine")
+    assert not {m for m in loaded if m.split(".")[0] in ("django", "celery")}
+
+
+def test_the_web_process_never_imports_torch():
+    """The ASGI application, every URLconf and view, every fleet module (commands aside) and
+    the web side of inference, imported in one fresh interpreter: torch is not among them."""
+    loaded = loaded_after_import("asgi", "fleet", *web_inference_modules())
+    assert "fleet.nodes.api" in loaded and "inference.models" in loaded  # the probe ran
+    assert "torch" not in loaded
+    assert not {m for m in loaded if matches(m, ("inference.engine", "inference.training"))}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 11: fleet/planner/bench.py imports the engine and training; the planner "
+    "benchmark moves to inference/bench/",
+)
+def test_fleet_and_serving_import_nothing_of_the_torch_side():
+    """Direct imports, lazy ones included: a lazy import is torch on the web process's path."""
+    files = source_files("fleet", commands=False) + source_files("inference/serving")
+    assert crossings(files, TORCH_SIDE) == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 11: inference/services.py imports inference.worker.messaging; the shared "
+    "keys and messages move to the torch-free inference/wire.py",
+)
+def test_the_control_plane_side_of_inference_never_imports_the_node_side():
+    files = source_files(*(f"inference/{m.split('.')[1]}.py" for m in SHARED_INFERENCE))
+    files += source_files("inference/serving")
+    assert crossings(files, TORCH_SIDE) == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 11: fleet/planner/bench.py:118-156 and bench_planner.py import the engine "
+    "and training; the planner benchmark moves beside the others in inference/bench/",
+)
+def test_the_planner_never_imports_the_engine_or_training():
+    files = source_files("fleet/planner")
+    assert crossings(files, ("torch", "inference.engine", "inference.training")) == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 11: fleet/telemetry/consumers.py and bench_telemetry import fleet.console "
+    "for the wall link; wall links move to fleet.accounts",
+)
+def test_telemetry_never_imports_console():
+    assert crossings(source_files("fleet/telemetry"), ("fleet.console",)) == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 11: fleet/telemetry imports fleet.console (wall links move to accounts)",
+)
+def test_the_console_is_the_top_floor():
+    """Pages and the wall sit on top: below them, nothing imports fleet.console."""
+    files = [
+        p
+        for p in source_files("fleet", "inference")
+        if module_name(p).split(".")[:2] != ["fleet", "console"]
+        and module_name(p) not in ("fleet.urls", "fleet.routing", "fleet.asgi")
+    ]
+    assert crossings(files, ("fleet.console",)) == []
+
+
+def test_nodes_pipelines_and_accounts_never_reach_up():
+    """Telemetry reads pipelines and nodes; pipelines and nodes never read telemetry back."""
+    files = source_files("fleet/pipelines", "fleet/nodes", "fleet/accounts")
+    assert crossings(files, ("fleet.telemetry", "fleet.console", "fleet.planner")) == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 11: stale `except ImportError` around first-party imports in "
+    "fleet/pipelines/services.py, fleet/planner/inputs.py, inference/agent.py",
+)
+def test_no_import_error_fallbacks_around_our_own_modules():
+    """A first-party module is always there: a fallback only hides a broken import."""
+    found = []
+    for path in source_files("fleet", "inference"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Try):
+                continue
+            caught = {ast.unparse(h.type) for h in node.handlers if h.type is not None} & {
+                "ImportError",
+                "ModuleNotFoundError",
+            }
+            ours = [
+                n
+                for n in ast.walk(ast.Module(body=node.body, type_ignores=[]))
+                if isinstance(n, ast.ImportFrom | ast.Import)
+                and any(
+                    matches(a, ("fleet", "inference"))
+                    for a in ([n.module or ""] if isinstance(n, ast.ImportFrom) else [])
+                    + ([a.name for a in n.names] if isinstance(n, ast.Import) else [])
+                )
+            ]
+            if caught and ours:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert found == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 11: streams._client is imported by inference/worker/messaging.py, "
+    "worker/host.py and selectors.py (one public client per process in inference/wire.py); "
+    "planner/views.py imports pipelines.views._errors_text (pages validated by serializers)",
+)
+def test_no_module_imports_another_modules_private_name():
+    found = []
+    for path in source_files("fleet", "inference"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                ("fleet", "inference")
+            ):
+                private = [a.name for a in node.names if a.name.startswith("_")]
+                if private:
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.module}.{private}")
+    assert found == []
+
+
+NODE_SIDE = ("inference/worker", "inference/agent.py", "inference/power.py", "inference/wire.py")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 13: node processes still read and write the database (worker/node.py "
+    "boot, host.py persister, agent heartbeat through fleet.nodes.services)",
+)
+def test_node_processes_need_no_database_credentials():
+    """A node speaks Redis and the node-token API: no ORM, no app models, services, selectors."""
+    models = ("inference.models", "inference.services", "inference.selectors")
+    files = source_files(*NODE_SIDE)
+    found = crossings(files, DATABASE + models)
+    for path in files:
+        for name, line in imported_names(path).items():
+            last = name.rsplit(".", 1)[-1]
+            if name.startswith("fleet.") and last in ("models", "services", "selectors"):
+                found.append(f"{path.relative_to(ROOT)}:{line} imports {name}")
+    assert sorted(set(found)) == []
+
+
+def test_wire_is_torch_free_and_database_free():
+    require("inference/wire.py", why="the keys, messages and client both processes share")
+    assert crossings(source_files("inference/wire.py"), TORCH_SIDE + DATABASE) == []
+    loaded = loaded_after_import("none", "inference.wire")
+    assert "torch" not in loaded and "django.db.models" not in loaded
+
+
+def test_serving_is_the_web_side_only():
+    require("inference/serving", why="everything the web process runs for inference")
+    files = source_files("inference/serving")
+    assert crossings(files, TORCH_SIDE) == []
+    # The worker never reaches up into serving either.
+    assert crossings(source_files(*NODE_SIDE), ("inference.serving",)) == []
+
+
+AGGREGATION_CORE = "fleet/telemetry/aggregation.py"
+
+
+def test_the_aggregators_core_is_synchronous_and_pure():
+    """Parsing, windows, message building and rollup figures: no event loop, Redis, channels
+    or database, so it is tested with plain function calls."""
+    require(AGGREGATION_CORE, why="the aggregator's synchronous core (the runner keeps the loop)")
+    path = ROOT / AGGREGATION_CORE
+    forbidden = ("asyncio", "redis", "channels", "django.db", "fleet.nodes", "fleet.pipelines")
+    assert crossings([path], forbidden) == []
+    tree = ast.parse(path.read_text())
+    assert not [n.name for n in ast.walk(tree) if isinstance(n, ast.AsyncFunctionDef)]
+
+
+@pytest.mark.parametrize("benchmark", ["engine", "serving", "planner"])
+def test_every_benchmark_of_the_data_plane_lives_in_inference_bench(benchmark):
+    if benchmark == "planner" and not (ROOT / "inference/bench/planner.py").exists():
+        pytest.skip("issue 11 moves fleet/planner/bench.py to inference/bench/planner.py")
+    assert (ROOT / f"inference/bench/{benchmark}.py").is_file()
