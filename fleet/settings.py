@@ -2,6 +2,7 @@
 
 import importlib.util
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -48,6 +49,7 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "channels",
+    "axes",
     "fleet.accounts",
     "fleet.nodes",
     "fleet.pipelines",
@@ -66,6 +68,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
+    "axes.middleware.AxesMiddleware",  # last: turns a lockout into its 429 page
 ]
 
 ROOT_URLCONF = "fleet.urls"
@@ -161,6 +165,21 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Login throttling (django-axes, counted in the database): TANDEM_LOGIN_FAILURE_LIMIT wrong
+# passwords for one username from one address lock that pair out for TANDEM_LOGIN_LOCKOUT_S
+# (429 on /login/ and /admin/login/). API keys: fleet/accounts/key_throttle.py.
+AUTHENTICATION_BACKENDS = [
+    "fleet.accounts.backends.LoginThrottleBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("TANDEM_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(seconds=env_int("TANDEM_LOGIN_LOCKOUT_S", 900, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "fleet.accounts.backends.lockout_response"
+AXES_VERBOSE = False
+API_KEY_FAILURE_LIMIT = env_int("TANDEM_API_KEY_FAILURE_LIMIT", 20, minimum=1)
+API_KEY_LOCKOUT_S = env_int("TANDEM_API_KEY_LOCKOUT_S", 300, minimum=1)
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"
@@ -201,6 +220,23 @@ SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", PRODUCTION)
 CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", PRODUCTION)
 SESSION_COOKIE_HTTPONLY = True
 SECURE_CONTENT_TYPE_NOSNIFF = True
+# Content-Security-Policy on every response (django-csp): scripts, styles, images and
+# sockets from this origin only; no inline script or style anywhere (templates use static
+# files and json_script data blocks).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "font-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'none'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
 X_FRAME_OPTIONS = "DENY"
 if PRODUCTION:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")

@@ -23,6 +23,7 @@ from rest_framework.reverse import reverse
 
 from fleet.accounts.access import can
 from fleet.accounts.authentication import bearer_token
+from fleet.accounts.key_throttle import KeyAuthLocked
 from inference import services, sse, streams
 from inference.models import Generation, GenerationState
 from inference.submission import (
@@ -280,10 +281,11 @@ class GenerationDetail(generics.RetrieveDestroyAPIView):
 
 
 def _stream_principal(request, token: str | None):
-    """The user behind an API key; None if the key is missing or wrong."""
-    from fleet.accounts.authentication import user_for_api_key
+    """The user behind an API key; None if the key is missing or wrong. Raises
+    KeyAuthLocked while the client's address is locked out of key authentication."""
+    from fleet.accounts.authentication import user_for_request_key
 
-    return user_for_api_key(token) if token and token.startswith("tdm_") else None
+    return user_for_request_key(request, token) if token and token.startswith("tdm_") else None
 
 
 def _stream_refusal(request, generation_id) -> JsonResponse | None:
@@ -291,7 +293,12 @@ def _stream_refusal(request, generation_id) -> JsonResponse | None:
     the sync thread (which every POST shares): None when the stream may be served."""
     token = bearer_token(request)
     if token is not None:
-        user = _stream_principal(request, token)
+        try:
+            user = _stream_principal(request, token)
+        except KeyAuthLocked as exc:
+            response = JsonResponse({"detail": str(exc)}, status=429)
+            response["Retry-After"] = str(exc.retry_after)
+            return response
         if user is None:
             return JsonResponse({"detail": "Invalid or revoked API key."}, status=401)
     else:
