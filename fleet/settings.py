@@ -178,6 +178,12 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_CALLABLE = "fleet.accounts.backends.lockout_response"
 AXES_VERBOSE = False
+# Who reads every generation's prompt and output (owners always do; see accounts/access.py).
+CONTENT_ROLE = env_str("TANDEM_CONTENT_ROLE", "admin")
+if CONTENT_ROLE not in ("viewer", "operator", "admin"):
+    raise ImproperlyConfigured(
+        f"TANDEM_CONTENT_ROLE must be viewer, operator or admin, got {CONTENT_ROLE!r}"
+    )
 API_KEY_FAILURE_LIMIT = env_int("TANDEM_API_KEY_FAILURE_LIMIT", 20, minimum=1)
 API_KEY_LOCKOUT_S = env_int("TANDEM_API_KEY_LOCKOUT_S", 300, minimum=1)
 LOGIN_URL = "login"

@@ -1,7 +1,9 @@
 """REST API for generations: `/api/v1/generations` (create, list, follow, cancel).
 
 Roles: creating needs "generate" (operators, admins); reading needs "view"; cancelling needs
-"operate", or "generate" and being the generation's owner.
+admin, or being the generation's owner. A generation's text (prompt, output, stop sequences,
+its stream) is shown only to those who may "read_content" it (fleet/accounts/access.py):
+everyone else with "view" gets its metadata and figures, with the text fields null.
 
 DELETE of a generation that already ended is idempotent: 200 with the generation as it is
 (no error, nothing changes). DELETE of a live one asks the data plane to cancel it and
@@ -123,6 +125,12 @@ class GenerationSerializer(serializers.ModelSerializer):
     output_token_count = serializers.SerializerMethodField()
     timings = serializers.SerializerMethodField()
     links = serializers.SerializerMethodField()
+    prompt = serializers.CharField(read_only=True, allow_null=True)
+    output_text = serializers.CharField(read_only=True, allow_null=True)
+    content_visible = serializers.SerializerMethodField(
+        help_text="False: you may see this generation's figures but not its text (prompt, "
+        "output_text and params.stop are null)."
+    )
 
     class Meta:
         model = Generation
@@ -148,6 +156,7 @@ class GenerationSerializer(serializers.ModelSerializer):
             "timings",
             "counters",
             "links",
+            "content_visible",
         ]
         read_only_fields = fields
 
@@ -180,12 +189,20 @@ class GenerationSerializer(serializers.ModelSerializer):
             "cancel": url,
         }
 
+    def get_content_visible(self, obj) -> bool:
+        request = self.context.get("request")
+        return request is not None and can(request.user, "read_content", obj)
+
     def to_representation(self, obj):
         data = super().to_representation(obj)
         live = self.context.get("live")
         if live is not None:  # a running generation: its output so far, from its stream
             data["output_text"] = live["text"]
             data["output_token_count"] = live["n"]
+        if not data["content_visible"]:
+            data["prompt"] = data["output_text"] = None
+            if isinstance(data.get("params"), dict) and "stop" in data["params"]:
+                data["params"] = {**data["params"], "stop": None}
         return data
 
 
@@ -265,9 +282,8 @@ class GenerationDetail(generics.RetrieveDestroyAPIView):
 
     def destroy(self, request, *args, **kwargs):
         generation = self.get_object()
-        owner = generation.user_id is not None and generation.user_id == request.user.pk
-        if not (can(request.user, "operate", generation) or owner):
-            raise PermissionDenied("Only an operator or the generation's owner may cancel it.")
+        if not can(request.user, "cancel", generation):
+            raise PermissionDenied("Only an admin or the generation's owner may cancel it.")
         if generation.is_terminal:
             body = GenerationSerializer(generation, context={"request": request}).data
             return Response(body, status=status.HTTP_200_OK)
@@ -311,8 +327,17 @@ def _stream_refusal(request, generation_id) -> JsonResponse | None:
         return JsonResponse(
             {"detail": "You do not have permission to perform this action."}, status=403
         )
-    if not Generation.objects.filter(pk=generation_id).exists():
+    generation = Generation.objects.filter(pk=generation_id).only("id", "user_id").first()
+    if generation is None:
         return JsonResponse({"detail": "No Generation matches the given query."}, status=404)
+    if not can(user, "read_content", generation):
+        return JsonResponse(
+            {
+                "detail": "Only the generation's owner or a user granted content access may "
+                "read its text."
+            },
+            status=403,
+        )
     return None
 
 
