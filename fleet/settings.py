@@ -265,6 +265,8 @@ STATIC_ROOT = DATA_DIR / "staticfiles"
 
 # --- Tandem ----------------------------------------------------------------------------------
 HEARTBEAT_PERIOD_S = env_int("TANDEM_HEARTBEAT_PERIOD_S", 5, minimum=1)
+# Model directories a pipeline may name besides those inside DATA_DIR/models (absolute paths).
+MODEL_PATHS = env_list("TANDEM_MODEL_PATHS", [])
 HEARTBEAT_TOLERANCE = env_int("TANDEM_HEARTBEAT_TOLERANCE", 3, minimum=1)
 
 # Periodic control-plane work, run by the control worker's embedded beat (`manage.py up`).
