@@ -231,12 +231,18 @@ SESSION_COOKIE_HTTPONLY = True
 SECURE_CONTENT_TYPE_NOSNIFF = True
 # Content-Security-Policy on every response (django-csp): scripts, styles, images and
 # sockets from this origin only; no inline script or style anywhere (templates use static
-# files and json_script data blocks).
+# files and json_script data blocks). Two hashes for Plotly's own <style> elements: the empty
+# one it fills through the CSSOM (insertRule, which CSP allows), and the fixed MapLibre CSS it
+# injects at load (its text, exactly; the browser test reports a change with a Plotly update).
+_PLOTLY_STYLES = [
+    "'sha256-47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU='",
+    "'sha256-ji27qzEtxXZW+7dun6UwjHXJ18e6WAin1VvNtkzIE/o='",
+]
 CONTENT_SECURITY_POLICY = {
     "DIRECTIVES": {
         "default-src": ["'self'"],
         "script-src": ["'self'"],
-        "style-src": ["'self'"],
+        "style-src": ["'self'", *_PLOTLY_STYLES],
         "img-src": ["'self'", "data:"],
         "connect-src": ["'self'"],
         "font-src": ["'self'"],
