@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
+from drf_spectacular.utils import extend_schema
 from rest_framework import generics, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -60,7 +61,9 @@ class WallLinkRevoke(APIView):
     """POST: revoke a link; screens showing it are disconnected at once."""
 
     method_actions = {"POST": "administer"}
+    serializer_class = WallLinkSerializer
 
+    @extend_schema(request=None, responses={200: WallLinkSerializer})
     def post(self, request, pk: int):
         link = wall_link_revoke(link=get_object_or_404(WallLink, pk=pk), actor=request.user)
         return Response(WallLinkSerializer(link).data)
