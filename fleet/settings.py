@@ -2,6 +2,7 @@
 
 import importlib.util
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -46,7 +47,9 @@ INSTALLED_APPS = [
     "rest_framework",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "channels",
+    "axes",
     "fleet.accounts",
     "fleet.nodes",
     "fleet.pipelines",
@@ -65,6 +68,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
+    "axes.middleware.AxesMiddleware",  # last: turns a lockout into its 429 page
 ]
 
 ROOT_URLCONF = "fleet.urls"
@@ -163,6 +168,27 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Login throttling (django-axes, counted in the database): TANDEM_LOGIN_FAILURE_LIMIT wrong
+# passwords for one username from one address lock that pair out for TANDEM_LOGIN_LOCKOUT_S
+# (429 on /login/ and /admin/login/). API keys: fleet/accounts/key_throttle.py.
+AUTHENTICATION_BACKENDS = [
+    "fleet.accounts.backends.LoginThrottleBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("TANDEM_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(seconds=env_int("TANDEM_LOGIN_LOCKOUT_S", 900, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "fleet.accounts.backends.lockout_response"
+AXES_VERBOSE = False
+# Who reads every generation's prompt and output (owners always do; see accounts/access.py).
+CONTENT_ROLE = env_str("TANDEM_CONTENT_ROLE", "admin")
+if CONTENT_ROLE not in ("viewer", "operator", "admin"):
+    raise ImproperlyConfigured(
+        f"TANDEM_CONTENT_ROLE must be viewer, operator or admin, got {CONTENT_ROLE!r}"
+    )
+API_KEY_FAILURE_LIMIT = env_int("TANDEM_API_KEY_FAILURE_LIMIT", 20, minimum=1)
+API_KEY_LOCKOUT_S = env_int("TANDEM_API_KEY_LOCKOUT_S", 300, minimum=1)
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"
@@ -191,6 +217,8 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     # Nodes and generations both have a "state" field: name their enums apart.
     "ENUM_NAME_OVERRIDES": {
         "NodeStateEnum": "fleet.nodes.choices.NodeState",
@@ -203,6 +231,29 @@ SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", PRODUCTION)
 CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", PRODUCTION)
 SESSION_COOKIE_HTTPONLY = True
 SECURE_CONTENT_TYPE_NOSNIFF = True
+# Content-Security-Policy on every response (django-csp): scripts, styles, images and
+# sockets from this origin only; no inline script or style anywhere (templates use static
+# files and json_script data blocks). Two hashes for Plotly's own <style> elements: the empty
+# one it fills through the CSSOM (insertRule, which CSP allows), and the fixed MapLibre CSS it
+# injects at load (its text, exactly; the browser test reports a change with a Plotly update).
+_PLOTLY_STYLES = [
+    "'sha256-47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU='",
+    "'sha256-ji27qzEtxXZW+7dun6UwjHXJ18e6WAin1VvNtkzIE/o='",
+]
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'", *_PLOTLY_STYLES],
+        "img-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "font-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'none'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
 X_FRAME_OPTIONS = "DENY"
 if PRODUCTION:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
@@ -225,6 +276,8 @@ STATIC_ROOT = DATA_DIR / "staticfiles"
 
 # --- Tandem ----------------------------------------------------------------------------------
 HEARTBEAT_PERIOD_S = env_int("TANDEM_HEARTBEAT_PERIOD_S", 5, minimum=1)
+# Model directories a pipeline may name besides those inside DATA_DIR/models (absolute paths).
+MODEL_PATHS = env_list("TANDEM_MODEL_PATHS", [])
 HEARTBEAT_TOLERANCE = env_int("TANDEM_HEARTBEAT_TOLERANCE", 3, minimum=1)
 
 # Periodic control-plane work, run by the control worker's embedded beat (`manage.py up`).
@@ -242,5 +295,9 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {"daphne": {"level": "WARNING"}, "django.channels.server": {"level": "WARNING"}},
+    "loggers": {
+        "daphne": {"level": "WARNING"},
+        "django.channels.server": {"level": "WARNING"},
+        "axes": {"level": "WARNING"},  # not a line per successful login
+    },
 }

@@ -1,7 +1,9 @@
 """REST API for generations: `/api/v1/generations` (create, list, follow, cancel).
 
 Roles: creating needs "generate" (operators, admins); reading needs "view"; cancelling needs
-"operate", or "generate" and being the generation's owner.
+admin, or being the generation's owner. A generation's text (prompt, output, stop sequences,
+its stream) is shown only to those who may "read_content" it (fleet/accounts/access.py):
+everyone else with "view" gets its metadata and figures, with the text fields null.
 
 DELETE of a generation that already ended is idempotent: 200 with the generation as it is
 (no error, nothing changes). DELETE of a live one asks the data plane to cancel it and
@@ -23,6 +25,7 @@ from rest_framework.reverse import reverse
 
 from fleet.accounts.access import can
 from fleet.accounts.authentication import bearer_token
+from fleet.accounts.key_throttle import KeyAuthLocked
 from inference import services, sse, streams
 from inference.models import Generation, GenerationState
 from inference.submission import (
@@ -122,6 +125,12 @@ class GenerationSerializer(serializers.ModelSerializer):
     output_token_count = serializers.SerializerMethodField()
     timings = serializers.SerializerMethodField()
     links = serializers.SerializerMethodField()
+    prompt = serializers.CharField(read_only=True, allow_null=True)
+    output_text = serializers.CharField(read_only=True, allow_null=True)
+    content_visible = serializers.SerializerMethodField(
+        help_text="False: you may see this generation's figures but not its text (prompt, "
+        "output_text and params.stop are null)."
+    )
 
     class Meta:
         model = Generation
@@ -147,6 +156,7 @@ class GenerationSerializer(serializers.ModelSerializer):
             "timings",
             "counters",
             "links",
+            "content_visible",
         ]
         read_only_fields = fields
 
@@ -179,12 +189,20 @@ class GenerationSerializer(serializers.ModelSerializer):
             "cancel": url,
         }
 
+    def get_content_visible(self, obj) -> bool:
+        request = self.context.get("request")
+        return request is not None and can(request.user, "read_content", obj)
+
     def to_representation(self, obj):
         data = super().to_representation(obj)
         live = self.context.get("live")
         if live is not None:  # a running generation: its output so far, from its stream
             data["output_text"] = live["text"]
             data["output_token_count"] = live["n"]
+        if not data["content_visible"]:
+            data["prompt"] = data["output_text"] = None
+            if isinstance(data.get("params"), dict) and "stop" in data["params"]:
+                data["params"] = {**data["params"], "stop": None}
         return data
 
 
@@ -264,9 +282,8 @@ class GenerationDetail(generics.RetrieveDestroyAPIView):
 
     def destroy(self, request, *args, **kwargs):
         generation = self.get_object()
-        owner = generation.user_id is not None and generation.user_id == request.user.pk
-        if not (can(request.user, "operate", generation) or owner):
-            raise PermissionDenied("Only an operator or the generation's owner may cancel it.")
+        if not can(request.user, "cancel", generation):
+            raise PermissionDenied("Only an admin or the generation's owner may cancel it.")
         if generation.is_terminal:
             body = GenerationSerializer(generation, context={"request": request}).data
             return Response(body, status=status.HTTP_200_OK)
@@ -280,10 +297,11 @@ class GenerationDetail(generics.RetrieveDestroyAPIView):
 
 
 def _stream_principal(request, token: str | None):
-    """The user behind an API key; None if the key is missing or wrong."""
-    from fleet.accounts.authentication import user_for_api_key
+    """The user behind an API key; None if the key is missing or wrong. Raises
+    KeyAuthLocked while the client's address is locked out of key authentication."""
+    from fleet.accounts.authentication import user_for_request_key
 
-    return user_for_api_key(token) if token and token.startswith("tdm_") else None
+    return user_for_request_key(request, token) if token and token.startswith("tdm_") else None
 
 
 def _stream_refusal(request, generation_id) -> JsonResponse | None:
@@ -291,7 +309,12 @@ def _stream_refusal(request, generation_id) -> JsonResponse | None:
     the sync thread (which every POST shares): None when the stream may be served."""
     token = bearer_token(request)
     if token is not None:
-        user = _stream_principal(request, token)
+        try:
+            user = _stream_principal(request, token)
+        except KeyAuthLocked as exc:
+            response = JsonResponse({"detail": str(exc)}, status=429)
+            response["Retry-After"] = str(exc.retry_after)
+            return response
         if user is None:
             return JsonResponse({"detail": "Invalid or revoked API key."}, status=401)
     else:
@@ -304,8 +327,17 @@ def _stream_refusal(request, generation_id) -> JsonResponse | None:
         return JsonResponse(
             {"detail": "You do not have permission to perform this action."}, status=403
         )
-    if not Generation.objects.filter(pk=generation_id).exists():
+    generation = Generation.objects.filter(pk=generation_id).only("id", "user_id").first()
+    if generation is None:
         return JsonResponse({"detail": "No Generation matches the given query."}, status=404)
+    if not can(user, "read_content", generation):
+        return JsonResponse(
+            {
+                "detail": "Only the generation's owner or a user granted content access may "
+                "read its text."
+            },
+            status=403,
+        )
     return None
 
 

@@ -29,7 +29,8 @@ from django.views.decorators.csrf import csrf_exempt
 from redis.exceptions import RedisError
 
 from fleet.accounts.access import can
-from fleet.accounts.authentication import bearer_token, user_for_api_key
+from fleet.accounts.authentication import bearer_token, user_for_request_key
+from fleet.accounts.key_throttle import KeyAuthLocked
 from inference import readiness, services, sse
 from inference.models import Generation
 from inference.openai_format import (
@@ -66,8 +67,9 @@ KEEPALIVE_S = 2.0
 # --- authentication, method and error handling: one decorator ------------------------------
 
 
-def _principal(token: str | None):
-    """(user, may_view, may_generate) for a Bearer token; raises OpenAIError(401)."""
+def _principal(request, token: str | None):
+    """(user, may_view, may_generate) for a Bearer token; raises OpenAIError (401, or 429
+    while the client's address is locked out of key authentication)."""
     if token is None:
         raise OpenAIError(
             401,
@@ -75,7 +77,16 @@ def _principal(token: str | None):
             "Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
             code="missing_api_key",
         )
-    user = user_for_api_key(token) if token.startswith("tdm_") else None
+    try:
+        user = user_for_request_key(request, token) if token.startswith("tdm_") else None
+    except KeyAuthLocked as exc:
+        raise OpenAIError(
+            429,
+            str(exc),
+            type="rate_limit_error",
+            code="rate_limit_exceeded",
+            headers={"Retry-After": str(exc.retry_after)},
+        ) from exc
     if user is None:
         raise OpenAIError(
             401, "Incorrect API key provided.", code="invalid_api_key", type="invalid_request_error"
@@ -104,7 +115,7 @@ def endpoint(method: str, action: str):
                         405, f"Method {request.method} is not allowed here; use {method}."
                     )
                 user, may_view, may_generate = await sync_to_async(_principal)(
-                    bearer_token(request)
+                    request, bearer_token(request)
                 )
                 allowed = may_generate if action == "generate" else may_view
                 if not allowed:

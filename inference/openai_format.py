@@ -47,8 +47,10 @@ class OpenAIError(Exception):
         type: str = "invalid_request_error",
         param: str | None = None,
         code: str | None = None,
+        headers: dict[str, str] | None = None,
     ):
         super().__init__(message)
+        self.headers = headers or {}
         self.status, self.message, self.type, self.param, self.code = (
             status,
             message,
@@ -68,7 +70,7 @@ class OpenAIError(Exception):
         }
 
     def response(self) -> JsonResponse:
-        return JsonResponse(self.body(), status=self.status)
+        return JsonResponse(self.body(), status=self.status, headers=self.headers)
 
 
 def from_request_error(exc: RequestError) -> OpenAIError:

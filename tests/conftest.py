@@ -66,6 +66,14 @@ def as_persona(personas):
     return lambda name: client_for(personas.get(name))
 
 
+@pytest.fixture(autouse=True)
+def _no_api_key_lockout():
+    """API-key failures are counted in Redis, which outlives a test: start each at zero."""
+    from fleet.accounts import key_throttle
+
+    key_throttle.reset_all()
+
+
 def _serialized(item) -> bool:
     marker = item.get_closest_marker("django_db")
     return bool(marker and marker.kwargs.get("serialized_rollback"))

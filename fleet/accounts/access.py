@@ -5,6 +5,12 @@ Roles are Django groups: viewer < operator < admin (superusers are admins). Acti
 - "operate":    change pipelines, drain/return/move nodes, cancel generations
 - "administer": the registry itself: register/retire nodes, tokens, profiles, API keys
 - "generate":   send inference requests (operators and admins; viewers only watch)
+Per-object actions on a generation (`obj` is the Generation):
+- "read_content": its prompt and output text. The owner, users with the role named by
+  TANDEM_CONTENT_ROLE (default admin), and users in the "content" group (a grant given
+  per user in /admin/, on top of any role). Everyone else with "view" sees its metadata and
+  figures only.
+- "cancel":     its owner (who could create it: "generate"), or an admin.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ class Role(IntEnum):
 
 
 ROLE_GROUPS = {"viewer": Role.VIEWER, "operator": Role.OPERATOR, "admin": Role.ADMIN}
+CONTENT_GROUP = "content"  # read every generation's text, whatever the role
 
 ACTION_ROLE = {
     "view": Role.VIEWER,
@@ -45,10 +52,36 @@ def role_of(user) -> Role:
     return cached
 
 
+def content_role() -> Role:
+    from django.conf import settings
+
+    return ROLE_GROUPS[settings.CONTENT_ROLE]
+
+
+def in_content_group(user) -> bool:
+    cached = getattr(user, "_tandem_content", None)
+    if cached is None:
+        cached = user.groups.filter(name=CONTENT_GROUP).exists()
+        user._tandem_content = cached
+    return cached
+
+
+def _owns(user, obj) -> bool:
+    owner_id = getattr(obj, "user_id", None)
+    return owner_id is not None and owner_id == getattr(user, "pk", None)
+
+
 def can(user, action: str, obj=None) -> bool:
-    """May `user` perform `action` (on `obj`)? Objects carry no extra rules yet; the
-    parameter is here so per-object rules (e.g. a wall link scoped to one pipeline) have
-    one place to live."""
+    """May `user` perform `action` (on `obj`)? Role actions ignore `obj`; the generation
+    actions ("read_content", "cancel") need it."""
+    if action == "read_content":
+        role = role_of(user)
+        if role < Role.VIEWER:
+            return False
+        return role >= content_role() or _owns(user, obj) or in_content_group(user)
+    if action == "cancel":
+        role = role_of(user)
+        return role >= Role.ADMIN or (role >= Role.OPERATOR and _owns(user, obj))
     try:
         needed = ACTION_ROLE[action]
     except KeyError as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 
+from fleet.accounts import key_throttle
 from fleet.accounts.models import ApiKey
 from fleet.accounts.secrets import digest, same, split_prefix
 
@@ -33,6 +34,18 @@ def user_for_api_key(plain: str):
     return key.user
 
 
+def user_for_request_key(request, plain: str):
+    """`user_for_api_key` behind the lockout of the request's address: raises
+    `key_throttle.KeyAuthLocked` while it is locked out; a wrong key counts one failure.
+    Every API-key login over HTTP (REST, SSE, /v1) goes through here."""
+    address = key_throttle.client_address(request)
+    key_throttle.check(address)
+    user = user_for_api_key(plain)
+    if user is None:
+        key_throttle.record_failure(address)
+    return user
+
+
 class ApiKeyAuthentication(authentication.BaseAuthentication):
     keyword = "Bearer"
 
@@ -40,7 +53,10 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         token = bearer_token(request)
         if token is None or not token.startswith("tdm_"):
             return None  # not ours: node tokens (tdn_) are handled by the nodes app
-        user = user_for_api_key(token)
+        try:
+            user = user_for_request_key(request, token)
+        except key_throttle.KeyAuthLocked as exc:
+            raise exceptions.Throttled(wait=exc.retry_after, detail=str(exc)) from exc
         if user is None:
             raise exceptions.AuthenticationFailed("Invalid or revoked API key.")
         return (user, token)

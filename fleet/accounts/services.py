@@ -6,7 +6,7 @@ from django.contrib.auth.models import Group
 from django.db import transaction
 from django.utils import timezone
 
-from fleet.accounts.access import ROLE_GROUPS
+from fleet.accounts.access import CONTENT_GROUP, ROLE_GROUPS
 from fleet.accounts.models import ApiKey
 from fleet.accounts.secrets import new_secret
 
@@ -33,3 +33,12 @@ def user_set_role(*, user, role: str) -> None:
     user.groups.remove(*Group.objects.filter(name__in=ROLE_GROUPS))
     user.groups.add(Group.objects.get_or_create(name=role)[0])
     user.__dict__.pop("_tandem_role", None)
+
+
+@transaction.atomic
+def user_set_content_access(*, user, allowed: bool) -> None:
+    """Grant or withdraw reading every generation's prompt and output (the "content" group),
+    independent of the user's role."""
+    group = Group.objects.get_or_create(name=CONTENT_GROUP)[0]
+    (user.groups.add if allowed else user.groups.remove)(group)
+    user.__dict__.pop("_tandem_content", None)

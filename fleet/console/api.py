@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.shortcuts import get_object_or_404
-from django.urls import reverse
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import generics, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from fleet.console.models import WallLink
-from fleet.console.services import wall_link_create, wall_link_revoke
+from fleet.console.services import wall_link_create, wall_link_revoke, wall_link_url
 from fleet.supervision import FAILED, RESTARTING, RUNNING, read_state
 
 
@@ -21,13 +21,27 @@ class WallLinkSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = WallLink
-        fields = ["id", "name", "created_by", "created_at", "revoked_at", "last_used_at"]
+        fields = [
+            "id",
+            "name",
+            "created_by",
+            "created_at",
+            "expires_at",
+            "revoked_at",
+            "last_used_at",
+        ]
         read_only_fields = ["id", "created_by", "created_at", "revoked_at", "last_used_at"]
+        extra_kwargs = {"expires_at": {"help_text": "Optional: the link stops working then."}}
+
+    def validate_expires_at(self, value):
+        if value is not None and value <= timezone.now():
+            raise serializers.ValidationError("Must be in the future.")
+        return value
 
 
 class WallLinkList(generics.ListCreateAPIView):
-    """GET: every wall link. POST {"name": ...}: a new link; the response carries `url` and
-    `token` once."""
+    """GET: every wall link. POST {"name": ..., "expires_at": optional}: a new link; the
+    response carries `url` (the token in its fragment, out of access logs) and `token` once."""
 
     serializer_class = WallLinkSerializer
     method_actions = {"GET": "administer", "POST": "administer"}
@@ -36,8 +50,12 @@ class WallLinkList(generics.ListCreateAPIView):
     def create(self, request, *args, **kwargs):
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        link, token = wall_link_create(name=serializer.validated_data["name"], actor=request.user)
-        url = request.build_absolute_uri(f"{reverse('console:wall')}?token={token}")
+        link, token = wall_link_create(
+            name=serializer.validated_data["name"],
+            actor=request.user,
+            expires_at=serializer.validated_data.get("expires_at"),
+        )
+        url = wall_link_url(request, token)
         body = {**WallLinkSerializer(link).data, "token": token, "url": url}
         return Response(body, status=status.HTTP_201_CREATED)
 
@@ -46,7 +64,9 @@ class WallLinkRevoke(APIView):
     """POST: revoke a link; screens showing it are disconnected at once."""
 
     method_actions = {"POST": "administer"}
+    serializer_class = WallLinkSerializer
 
+    @extend_schema(request=None, responses={200: WallLinkSerializer})
     def post(self, request, pk: int):
         link = wall_link_revoke(link=get_object_or_404(WallLink, pk=pk), actor=request.user)
         return Response(WallLinkSerializer(link).data)

@@ -6,17 +6,26 @@ rollups for the charts), then `static/js/*.js` keeps it live over the websocket.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
+from django.http import JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
 from fleet.accounts.access import can
 from fleet.console import selectors
 from fleet.console.models import WallLink
-from fleet.console.services import wall_link_create, wall_link_for_token, wall_link_revoke
+from fleet.console.services import (
+    wall_link_create,
+    wall_link_for_token,
+    wall_link_revoke,
+    wall_link_url,
+)
 from fleet.nodes.choices import NodeState
 from fleet.nodes.models import Node
 from fleet.pipelines.models import Pipeline
@@ -84,34 +93,58 @@ def _placement(node: Node):
         return None
 
 
-def wall_page(request):
-    """The wall: with a valid `?token=` for anyone (read-only, this page only); else a
-    logged-in viewer."""
-    token = request.GET.get("token", "")
-    if token:
-        if wall_link_for_token(token) is None:
-            return render(request, "console/wall_denied.html", status=403)
-    elif not request.user.is_authenticated:
-        return redirect(f"{reverse('login')}?next={request.path}")
-    else:
-        _require(request, "view")
+def _wall_data(token: str = "") -> dict:
     live = snapshot.read_fleet()
-    context = {
-        "token": token,
+    return {
         "live": live,
-        "wall_data": {
-            "token": token,
-            "live": live,
-            "fleet_series": rollups.series("fleet", 0, minutes=30),
-            "pipeline_series": {
-                str(p.pk): rollups.series("pipeline", p.pk, minutes=30)
-                for p in Pipeline.objects.only("id")[:24]
-            },
+        "fleet_series": rollups.series("fleet", 0, minutes=30),
+        "pipeline_series": {
+            str(p.pk): rollups.series("pipeline", p.pk, minutes=30)
+            for p in Pipeline.objects.only("id")[:24]
         },
     }
-    response = render(request, "console/wall.html", context)
-    response["Referrer-Policy"] = "no-referrer"  # keep the token out of Referer headers
+
+
+def _no_referrer(response):
+    response["Referrer-Policy"] = "no-referrer"
+    response["Cache-Control"] = "no-store"
     return response
+
+
+def wall_page(request):
+    """The wall for a logged-in viewer. An old link with `?token=` is sent on to the screen
+    page with the token in the fragment, so later loads keep it out of the access log."""
+    token = request.GET.get("token", "")
+    if token:
+        return _no_referrer(redirect(wall_link_url(request, token)))
+    if not request.user.is_authenticated:
+        return redirect_to_login(request.get_full_path())
+    _require(request, "view")
+    data = _wall_data()
+    response = render(request, "console/wall.html", {"live": data["live"], "wall_data": data})
+    return _no_referrer(response)
+
+
+def wall_screen(request):
+    """The wall for a screen opened with a wall link (`/wall/screen/#token=...`). The page
+    carries no data and needs no login: its script reads the token from the fragment, loads
+    the figures from `wall/data` (token in a header) and follows the websocket."""
+    context = {"live": None, "wall_data": {"screen": True}, "screen": True}
+    return _no_referrer(render(request, "console/wall.html", context))
+
+
+@require_http_methods(["GET"])
+def wall_data(request):
+    """The wall's figures as JSON: for a wall link's `X-Wall-Token` header, or a viewer."""
+    token = request.headers.get("X-Wall-Token", "")
+    if token:
+        if wall_link_for_token(token) is None:
+            return _no_referrer(JsonResponse({"detail": "Wall link not valid."}, status=403))
+    elif not request.user.is_authenticated:
+        return JsonResponse({"detail": "Authentication credentials were not provided."}, status=401)
+    elif not can(request.user, "view"):
+        return JsonResponse({"detail": "You may not view the wall."}, status=403)
+    return _no_referrer(JsonResponse(_wall_data()))
 
 
 @login_required
@@ -121,16 +154,31 @@ def wall_links_page(request):
     created_token = None
     if request.method == "POST":
         name = request.POST.get("name", "").strip()
+        lifetime = LINK_LIFETIMES.get(request.POST.get("expires", ""), "bad")
         if not name:
             messages.error(request, "Give the link a name: where is the screen?")
+        elif lifetime == "bad":
+            messages.error(request, "Choose when the link expires.")
         else:
-            link, created_token = wall_link_create(name=name, actor=request.user)
+            expires_at = timezone.now() + lifetime if lifetime else None
+            link, created_token = wall_link_create(
+                name=name, actor=request.user, expires_at=expires_at
+            )
             messages.success(request, f"Wall link “{link.name}” created. Copy it now.")
     links = WallLink.objects.select_related("created_by")[:200]
-    wall_url = None
-    if created_token:
-        wall_url = request.build_absolute_uri(f"{reverse('console:wall')}?token={created_token}")
-    return render(request, "console/wall_links.html", {"links": links, "wall_url": wall_url})
+    wall_url = wall_link_url(request, created_token) if created_token else None
+    context = {"links": links, "wall_url": wall_url, "lifetimes": LINK_LIFETIMES}
+    return render(request, "console/wall_links.html", context)
+
+
+# The wall-links page's choices of lifetime ("" = never expires).
+LINK_LIFETIMES = {
+    "": None,
+    "1h": timedelta(hours=1),
+    "1d": timedelta(days=1),
+    "7d": timedelta(days=7),
+    "30d": timedelta(days=30),
+}
 
 
 @login_required

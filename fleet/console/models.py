@@ -7,9 +7,19 @@ from django.db import models
 from django.utils import timezone
 
 
+class WallLinkQuerySet(models.QuerySet):
+    def usable(self, now=None):
+        """Neither revoked nor expired."""
+        now = now or timezone.now()
+        return self.filter(revoked_at__isnull=True).filter(
+            models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=now)
+        )
+
+
 class WallLink(models.Model):
-    """A revocable grant to view the wall (page and websocket) and nothing else. The token is
-    `django.core.signing` over the link's id; revoking sets `revoked_at`."""
+    """A revocable grant to view the wall (page and websocket) and nothing else, until
+    `expires_at` if set. The token is `django.core.signing` over the link's id; revoking
+    sets `revoked_at`."""
 
     name = models.CharField(max_length=100, help_text="Where the screen is, e.g. 'NOC left'")
     created_by = models.ForeignKey(
@@ -18,6 +28,9 @@ class WallLink(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     revoked_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="Empty: never expires")
+
+    objects = WallLinkQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -26,5 +39,9 @@ class WallLink(models.Model):
         return self.name
 
     @property
+    def expired(self) -> bool:
+        return self.expires_at is not None and self.expires_at <= timezone.now()
+
+    @property
     def active(self) -> bool:
-        return self.revoked_at is None
+        return self.revoked_at is None and not self.expired

@@ -1,15 +1,38 @@
-"""Console state changes: wall links (create, revoke) and reading a wall token."""
+"""Console state changes: wall links (create, revoke) and reading a wall token.
+
+A wall link's token travels only where access logs do not see it: the link is
+`/wall/screen/#token=...` (a URL fragment never reaches the server), the screen's page sends
+it in the `X-Wall-Token` header and its websocket in the `Sec-WebSocket-Protocol` header
+(`WALL_TOKEN_PROTOCOL` + the token with `:` written as `.`, since a protocol name may not
+hold a colon). Never in a path or query string, which daphne and proxies log."""
 
 from __future__ import annotations
 
 from django.core import signing
+from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.urls import reverse
 from django.utils import timezone
 
 from fleet.console.models import WallLink
 from fleet.pipelines.models import AuditEvent
 
 WALL_SALT = "tandem.wall-link"
+WALL_PROTOCOL = "tandem.wall"
+WALL_TOKEN_PROTOCOL = "tandem.wall-token."
+
+
+def wall_link_url(request, token: str) -> str:
+    """The link to open on a screen: the token in the fragment, out of every log."""
+    return request.build_absolute_uri(reverse("console:wall-screen")) + f"#token={token}"
+
+
+def token_from_protocols(protocols) -> str | None:
+    """The wall token a websocket offered as a subprotocol, or None."""
+    for protocol in protocols or ():
+        if isinstance(protocol, str) and protocol.startswith(WALL_TOKEN_PROTOCOL):
+            return protocol[len(WALL_TOKEN_PROTOCOL) :].replace(".", ":")
+    return None
 
 
 def wall_token(link: WallLink) -> str:
@@ -17,7 +40,8 @@ def wall_token(link: WallLink) -> str:
 
 
 def wall_link_for_token(token: str | None) -> WallLink | None:
-    """The active link a token names, or None (bad signature, unknown or revoked link)."""
+    """The usable link a token names, or None (bad signature, unknown, revoked or expired
+    link)."""
     if not token or len(token) > 200:
         return None
     try:
@@ -27,7 +51,7 @@ def wall_link_for_token(token: str | None) -> WallLink | None:
     link_id = data.get("wall") if isinstance(data, dict) else None
     if not isinstance(link_id, int):
         return None
-    link = WallLink.objects.filter(pk=link_id, revoked_at__isnull=True).first()
+    link = WallLink.objects.usable().filter(pk=link_id).first()
     if link is not None:
         now = timezone.now()
         if link.last_used_at is None or (now - link.last_used_at).total_seconds() > 60:
@@ -36,13 +60,19 @@ def wall_link_for_token(token: str | None) -> WallLink | None:
 
 
 @transaction.atomic
-def wall_link_create(*, name: str, actor) -> tuple[WallLink, str]:
-    link = WallLink.objects.create(name=name.strip()[:100], created_by=actor)
+def wall_link_create(*, name: str, actor, expires_at=None) -> tuple[WallLink, str]:
+    if expires_at is not None and expires_at <= timezone.now():
+        raise ValidationError({"expires_at": "must be in the future"})
+    link = WallLink.objects.create(name=name.strip()[:100], created_by=actor, expires_at=expires_at)
     AuditEvent.objects.create(
         actor=actor,
         actor_label=actor.get_username(),
         action="wall_link.create",
-        after={"wall_link": link.pk, "name": link.name},
+        after={
+            "wall_link": link.pk,
+            "name": link.name,
+            "expires_at": expires_at.isoformat() if expires_at else None,
+        },
     )
     return link, wall_token(link)
 

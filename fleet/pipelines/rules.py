@@ -9,7 +9,7 @@ from django.core.exceptions import ValidationError
 from fleet.accounts.errors import Conflict
 from fleet.nodes.choices import NodeState, ProfileKind
 from fleet.nodes.models import Node
-from fleet.pipelines import compat
+from fleet.pipelines import compat, model_refs
 from fleet.pipelines.models import DrafterKind, Pipeline, Placement, PlacementRole
 from fleet.pipelines.policy import PolicyError, validate_policy
 
@@ -147,6 +147,12 @@ def validate_config(config: dict, *, current: Pipeline | None = None) -> dict:
         errors["draft_model"] = "a draft model is required when the drafter kind is 'model'"
     if "target_model" in out and not target:
         errors["target_model"] = "required"
+    for field in ("target_model", "draft_model"):
+        if out.get(field) and field not in errors:
+            try:
+                model_refs.resolve(out[field])
+            except model_refs.UnknownModel as exc:
+                errors[field] = str(exc)
     if errors:
         raise ValidationError(errors)
     if kind == DrafterKind.MODEL and ({"draft_model", "target_model", "drafter_kind"} & out.keys()):

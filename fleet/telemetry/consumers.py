@@ -7,11 +7,15 @@
             Each subscription is authorised ONCE, here, with the same policy as the REST API
             (`can(user, "view", obj)`); the group then receives the aggregator's batched
             messages (fleet.telemetry.payloads) and nothing is checked per message.
-`ws/wall/`  the monitoring wall: a signed wall-link token (`?token=...`) or a logged-in
-            viewer. Read-only: joins the wall group, ignores whatever the client sends.
+`ws/wall/`  the monitoring wall: a signed wall-link token or a logged-in viewer. The token
+            comes as a subprotocol (`tandem.wall-token.<token>`, see console.services), never
+            in the URL, which access logs keep. Read-only: joins the wall group, ignores
+            whatever the client sends. An expired or revoked link closes the socket (4403).
 
 Both authenticate BEFORE accepting: an anonymous socket is closed with 4401, an
-authenticated one without the role with 4403, and never accepted first.
+authenticated one without the role with 4403, and never accepted first. A socket opened
+with a login session closes (4401) when that session ends: at once on logout, and within
+`live_sessions.RECHECK_S` when it expires or is deleted.
 """
 
 from __future__ import annotations
@@ -20,11 +24,12 @@ import json
 import time
 import weakref
 from asyncio import get_running_loop
-from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.utils import timezone
 
+from fleet.accounts import live_sessions
 from fleet.accounts.access import can
 from fleet.telemetry import payloads
 from fleet.telemetry.snapshot import INTEREST_KEY, LIVE_KEY
@@ -68,10 +73,50 @@ def _can(user, action: str, obj=None) -> bool:
     return can(user, action, obj)
 
 
+@database_sync_to_async
+def _session_alive(session_key, user_pk) -> bool:
+    return live_sessions.session_alive(session_key, user_pk)
+
+
 class _PushConsumer(AsyncWebsocketConsumer):
-    """Forwards aggregator pushes; keeps the aggregator told that its groups have readers."""
+    """Forwards aggregator pushes; keeps the aggregator told that its groups have readers;
+    ends with the login session it was opened with."""
 
     groups_joined: dict[str, float]
+    session_group: str | None = None
+    session_checked: float = 0.0
+    closing: bool = False
+
+    async def follow_session(self, user) -> None:
+        """After accept: close when this socket's login session ends."""
+        session = self.scope.get("session")
+        self.session_key = getattr(session, "session_key", None) if session else None
+        self.session_user_pk = user.pk
+        self.session_checked = time.monotonic()
+        if self.session_key:
+            self.session_group = live_sessions.session_group(self.session_key)
+            await self.channel_layer.group_add(self.session_group, self.channel_name)
+
+    async def session_ended(self, event) -> None:
+        await self._end(CLOSE_UNAUTHENTICATED)
+
+    async def _end(self, code: int) -> None:
+        if not self.closing:
+            self.closing = True
+            await self.close(code=code)
+
+    async def _still_allowed(self) -> bool:
+        """Rechecked while streaming (every RECHECK_S): the session is still there."""
+        if not getattr(self, "session_user_pk", None):
+            return True
+        now = time.monotonic()
+        if now - self.session_checked < live_sessions.RECHECK_S:
+            return True
+        self.session_checked = now
+        if await _session_alive(self.session_key, self.session_user_pk):
+            return True
+        await self._end(CLOSE_UNAUTHENTICATED)
+        return False
 
     async def join(self, group: str, snapshot_field: str | None) -> None:
         await self.channel_layer.group_add(group, self.channel_name)
@@ -91,8 +136,12 @@ class _PushConsumer(AsyncWebsocketConsumer):
     async def disconnect(self, code):
         for group in getattr(self, "groups_joined", {}):
             await self.channel_layer.group_discard(group, self.channel_name)
+        if self.session_group:
+            await self.channel_layer.group_discard(self.session_group, self.channel_name)
 
     async def telemetry_push(self, event):
+        if self.closing or not await self._still_allowed():
+            return
         await self.send(text_data=event["text"])
         for group in self.groups_joined:
             if time.time() - self.groups_joined[group] > 60:
@@ -114,8 +163,11 @@ class LiveConsumer(_PushConsumer):
             return
         self.user = user
         await self.accept()
+        await self.follow_session(user)
 
     async def receive(self, text_data=None, bytes_data=None):
+        if self.closing or not await self._still_allowed():
+            return
         try:
             message = json.loads(text_data or "")
         except ValueError:
@@ -153,14 +205,19 @@ class LiveConsumer(_PushConsumer):
 
 
 class WallConsumer(_PushConsumer):
+    link_expires_at = None
+
     async def connect(self):
+        from fleet.console.services import WALL_PROTOCOL, token_from_protocols
+
         self.groups_joined = {}
-        token = parse_qs(self.scope.get("query_string", b"").decode()).get("token", [None])[0]
-        link = None
+        offered = self.scope.get("subprotocols") or []
+        token = token_from_protocols(offered)
+        link, user = None, None
         if token:
             link = await _wall_link(token)
             if link is None:
-                await self.close(code=CLOSE_FORBIDDEN)  # revoked or forged link
+                await self.close(code=CLOSE_FORBIDDEN)  # revoked, expired or forged link
                 return
         else:
             user = self.scope.get("user")
@@ -170,17 +227,26 @@ class WallConsumer(_PushConsumer):
             if not await _can(user, "view"):
                 await self.close(code=CLOSE_FORBIDDEN)
                 return
-        await self.accept()
+        await self.accept(subprotocol=WALL_PROTOCOL if WALL_PROTOCOL in offered else None)
         if link is not None:  # revoking the link closes the screens showing it
+            self.link_expires_at = link.expires_at
             self.link_group = payloads.wall_link_group(link.pk)
             await self.channel_layer.group_add(self.link_group, self.channel_name)
+        else:
+            await self.follow_session(user)
         await self.join(payloads.GROUP_WALL, "fleet")
+
+    async def _still_allowed(self) -> bool:
+        if self.link_expires_at is not None and self.link_expires_at <= timezone.now():
+            await self._end(CLOSE_FORBIDDEN)  # the link expired while the screen was open
+            return False
+        return await super()._still_allowed()
 
     async def receive(self, text_data=None, bytes_data=None):
         return  # read-only
 
     async def wall_revoked(self, event):
-        await self.close(code=CLOSE_FORBIDDEN)
+        await self._end(CLOSE_FORBIDDEN)
 
     async def disconnect(self, code):
         await super().disconnect(code)

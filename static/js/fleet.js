@@ -4,6 +4,11 @@
   var T = window.Tandem;
   var tbody = document.querySelector("#nodes tbody");
   var form = document.getElementById("filters");
+  form.addEventListener("submit", function (e) { e.preventDefault(); }); // filters apply live
+  // server-rendered utilization bars: widths from data attributes (no inline styles, CSP)
+  document.querySelectorAll(".bar > span[data-width]").forEach(function (el) {
+    el.style.width = el.dataset.width + "%";
+  });
   var pipelineNames = {};
   document.querySelectorAll('#filters select[name="pipeline"] option').forEach(function (o) {
     if (o.value) pipelineNames[o.value] = o.textContent;

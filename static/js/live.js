@@ -100,7 +100,9 @@
     var scheme = location.protocol === "https:" ? "wss://" : "ws://";
     var ws;
     try {
-      ws = new WebSocket(scheme + location.host + this.path);
+      ws = this.options.protocols
+        ? new WebSocket(scheme + location.host + this.path, this.options.protocols)
+        : new WebSocket(scheme + location.host + this.path);
     } catch (e) {
       this.retry();
       return;

@@ -1,147 +1,164 @@
 /* The monitoring wall: big numbers and charts for the fleet and each pipeline. Read-only,
-   no clicks, reconnects by itself (LiveSocket backoff + watchdog). */
+   no clicks, reconnects by itself (LiveSocket backoff + watchdog).
+   Opened with a wall link (/wall/screen/#token=...), the token stays out of every URL the
+   server sees: the figures come from wall/data with the token in a header, and the socket
+   carries it as a subprotocol. */
 (function () {
   "use strict";
   var T = window.Tandem;
-  var C = T.COLORS;
-  var data = T.jsonScript("wall-data") || {};
-  var pipes = document.getElementById("wall-pipes");
-  var cards = {};
-  var pointDue = T.every(2000);
-  var lastCount = -1;
-  var FIT_LEVELS = 5;
-
-  /* No scrolling on a wall: drop detail level by level until the page fits the screen. */
-  function fit() {
-    var body = document.body;
-    for (var i = 1; i <= FIT_LEVELS; i++) body.classList.remove("fit-" + i);
-    for (var level = 1; level <= FIT_LEVELS; level++) {
-      if (document.documentElement.scrollHeight <= window.innerHeight + 2) break;
-      body.classList.add("fit-" + level);
-    }
-    document.querySelectorAll(".js-plotly-plot").forEach(function (el) {
-      if (el.offsetParent !== null) Plotly.Plots.resize(el);
-    });
-  }
-  window.addEventListener("resize", function () { fit(); });
-
-  function clock() {
-    var now = new Date();
-    document.getElementById("clock").textContent = now.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit", hour12: false });
-  }
-  clock();
-  setInterval(clock, 1000);
-
-  var fleetSeries = data.fleet_series || { t: [] };
-  var chTokens = T.lineChart(document.getElementById("w-tokens"), fleetSeries,
-    [{ key: "tokens_per_s", name: "tokens/s", color: C.tokens, fill: "tozeroy", fillcolor: "rgba(122,162,255,0.14)" }],
-    { font: { color: C.text, size: 13 } });
-  var chPower = T.lineChart(document.getElementById("w-power"), fleetSeries, [
-    { key: "power_draft_w", name: "drafting", color: C.draft, stack: "p", unit: "W" },
-    { key: "power_verify_w", name: "verification", color: C.verify, stack: "p", unit: "W" },
-  ], { font: { color: C.text, size: 13 } });
-
-  function card(p) {
-    var el = document.createElement("div");
-    el.className = "pipe-card";
-    el.dataset.id = p.id;
-    el.innerHTML =
-      '<h2><span class="name"></span><span class="sim"></span><span class="nodes"></span></h2>' +
-      '<div class="pipe-nums">' +
-      '<div><div class="label">tokens/s</div><div class="value tokens" data-p="tps"></div></div>' +
-      '<div><div class="label">acceptance</div><div class="value accept" data-p="acc"></div></div>' +
-      '<div><div class="label">mean length</div><div class="value" data-p="mal"></div></div>' +
-      '<div><div class="label">batch</div><div class="value" data-p="batch"></div></div>' +
-      '<div><div class="label">ITL p99</div><div class="value" data-p="itl"></div></div>' +
-      '<div><div class="label">power</div><div class="value" data-p="power"></div></div>' +
-      '<div><div class="label">tokens/J</div><div class="value" data-p="tpj"></div></div>' +
-      '<div><div class="label">power is</div><div data-p="src"></div></div>' +
-      "</div>" +
-      '<div class="pipe-spark"></div>';
-    pipes.appendChild(el);
-    var series = (data.pipeline_series || {})[String(p.id)] || { t: [] };
-    var spark = el.querySelector(".pipe-spark");
-    T.lineChart(spark, series, [
-      { key: "tokens_per_s", name: "tokens/s", color: C.tokens, fill: "tozeroy", fillcolor: "rgba(122,162,255,0.12)" },
-      { key: "acceptance_rate", name: "acceptance %", color: C.accept, scale: 100, unit: "%" },
-    ], { margin: { l: 40, r: 40, t: 4, b: 22 }, showlegend: false });
-    // acceptance on its own axis (0..100 %)
-    if (spark.data) {
-      Plotly.restyle(spark, { yaxis: "y2" }, [1]);
-      Plotly.relayout(spark, { yaxis2: { overlaying: "y", side: "right", range: [0, 100], dtick: 25, ticksuffix: "%", gridcolor: "rgba(0,0,0,0)", color: C.accept } });
-    }
-    cards[p.id] = { el: el, spark: spark };
-    return cards[p.id];
+  var page = T.jsonScript("wall-data") || {};
+  var token = new URLSearchParams(location.hash.replace(/^#/, "")).get("token");
+  if (page.screen && token) {
+    fetch("/wall/data", { headers: { "X-Wall-Token": token }, credentials: "omit", cache: "no-store" })
+      .then(function (r) { return r.ok ? r.json() : {}; })
+      .catch(function () { return {}; })
+      .then(function (data) { start(data, token); });
+  } else {
+    start(page, null);
   }
 
-  function fillCard(c, p, ts, addPoint) {
-    var s = p.stats || {};
-    T.setText(c.el, ".name", p.name);
-    T.setHTML(c.el, ".sim", p.simulated ? '<span class="pill pill-simulated">simulated</span>' : "");
-    T.setText(c.el, ".nodes", p.drafters + " drafters · " + p.verifiers + " verifiers");
-    T.setText(c.el, '[data-p="tps"]', T.fmt(s.tokens_per_s, 0));
-    T.setText(c.el, '[data-p="acc"]', T.pct(s.acceptance_rate, 0));
-    T.setText(c.el, '[data-p="mal"]', T.fmt(s.mean_acceptance_length, 2));
-    T.setText(c.el, '[data-p="batch"]', T.fmt(s.batch_mean, 1));
-    T.setText(c.el, '[data-p="itl"]', s.itl_p99_ms == null ? "—" : T.fmt(s.itl_p99_ms, 0) + " ms");
-    T.setText(c.el, '[data-p="power"]', T.watts(s.power_w));
-    T.setText(c.el, '[data-p="tpj"]', T.fmt(s.tokens_per_j, 2));
-    T.setHTML(c.el, '[data-p="src"]', T.sourcePill(s.power_source) || '<span class="dim">no data</span>');
-    if (addPoint) T.appendPoint(c.spark, ts, s);
-  }
+  function start(data, token) {
+    var C = T.COLORS;
+    var pipes = document.getElementById("wall-pipes");
+    var cards = {};
+    var pointDue = T.every(2000);
+    var lastCount = -1;
+    var FIT_LEVELS = 5;
 
-  function states(st) {
-    return Object.keys(st || {}).sort().map(function (k) {
-      return '<span class="badge state-' + T.esc(k) + '">' + st[k] + " " + T.esc(k) + "</span>";
-    }).join(" ");
-  }
-
-  function onFleet(m, addPoint) {
-    var t = m.totals || {};
-    var s = m.stats || {};
-    var root = document.getElementById("wall-kpis");
-    T.setText(root, '[data-w="tps"]', T.fmt(t.tokens_per_s, 0));
-    T.setText(root, '[data-w="power"]', T.watts(t.power_w));
-    T.setHTML(root, '[data-w="power_src"]', T.sourcePill(t.power_source) || "no live power data");
-    T.setText(root, '[data-w="tpj"]', T.fmt(t.tokens_per_j, 3));
-    T.setText(root, '[data-w="tpj_d"]', T.fmt(s.tokens_per_j_draft, 2));
-    T.setText(root, '[data-w="tpj_v"]', T.fmt(s.tokens_per_j_verify, 2));
-    T.setText(root, '[data-w="acc"]', T.pct(s.acceptance_rate));
-    T.setText(root, '[data-w="mal"]', T.fmt(s.mean_acceptance_length, 2));
-    T.setText(root, '[data-w="alpha"]', T.fmt(s.alpha, 2));
-    T.setText(root, '[data-w="online"]', String((t.states || {}).online || 0));
-    T.setText(root, '[data-w="nodes"]', String(t.nodes || 0));
-    T.setHTML(root, '[data-w="states"]', states(t.states));
-    T.setHTML(root, '[data-w="sim"]', t.simulated_nodes ? '<span class="pill pill-simulated">includes ' + t.simulated_nodes + " simulated node" + (t.simulated_nodes === 1 ? "" : "s") + "</span>" : "");
-    if (addPoint) {
-      T.appendPoint(chTokens, m.ts, s);
-      T.appendPoint(chPower, m.ts, s);
-    }
-    var seen = {};
-    (m.pipelines || []).forEach(function (p) {
-      var c = cards[p.id] || card(p);
-      fillCard(c, p, m.ts, addPoint);
-      seen[p.id] = true;
-    });
-    Object.keys(cards).forEach(function (id) {
-      if (!seen[id]) {
-        cards[id].el.remove();
-        delete cards[id];
+    /* No scrolling on a wall: drop detail level by level until the page fits the screen. */
+    function fit() {
+      var body = document.body;
+      for (var i = 1; i <= FIT_LEVELS; i++) body.classList.remove("fit-" + i);
+      for (var level = 1; level <= FIT_LEVELS; level++) {
+        if (document.documentElement.scrollHeight <= window.innerHeight + 2) break;
+        body.classList.add("fit-" + level);
       }
-    });
-    var count = (m.pipelines || []).length;
-    document.getElementById("wall-empty").hidden = count > 0;
-    if (count !== lastCount) {
-      lastCount = count;
-      fit();
+      document.querySelectorAll(".js-plotly-plot").forEach(function (el) {
+        if (el.offsetParent !== null) Plotly.Plots.resize(el);
+      });
     }
-  }
+    window.addEventListener("resize", function () { fit(); });
 
-  if (data.live) onFleet(data.live, false);
-  var path = "/ws/wall/" + (data.token ? "?token=" + encodeURIComponent(data.token) : "");
-  new T.LiveSocket(path, {
-    onMessage: function (m) {
-      if (m.type === "fleet.update") onFleet(m, pointDue());
-    },
-  });
+    function clock() {
+      var now = new Date();
+      document.getElementById("clock").textContent = now.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit", hour12: false });
+    }
+    clock();
+    setInterval(clock, 1000);
+
+    var fleetSeries = data.fleet_series || { t: [] };
+    var chTokens = T.lineChart(document.getElementById("w-tokens"), fleetSeries,
+      [{ key: "tokens_per_s", name: "tokens/s", color: C.tokens, fill: "tozeroy", fillcolor: "rgba(122,162,255,0.14)" }],
+      { font: { color: C.text, size: 13 } });
+    var chPower = T.lineChart(document.getElementById("w-power"), fleetSeries, [
+      { key: "power_draft_w", name: "drafting", color: C.draft, stack: "p", unit: "W" },
+      { key: "power_verify_w", name: "verification", color: C.verify, stack: "p", unit: "W" },
+    ], { font: { color: C.text, size: 13 } });
+
+    function card(p) {
+      var el = document.createElement("div");
+      el.className = "pipe-card";
+      el.dataset.id = p.id;
+      el.innerHTML =
+        '<h2><span class="name"></span><span class="sim"></span><span class="nodes"></span></h2>' +
+        '<div class="pipe-nums">' +
+        '<div><div class="label">tokens/s</div><div class="value tokens" data-p="tps"></div></div>' +
+        '<div><div class="label">acceptance</div><div class="value accept" data-p="acc"></div></div>' +
+        '<div><div class="label">mean length</div><div class="value" data-p="mal"></div></div>' +
+        '<div><div class="label">batch</div><div class="value" data-p="batch"></div></div>' +
+        '<div><div class="label">ITL p99</div><div class="value" data-p="itl"></div></div>' +
+        '<div><div class="label">power</div><div class="value" data-p="power"></div></div>' +
+        '<div><div class="label">tokens/J</div><div class="value" data-p="tpj"></div></div>' +
+        '<div><div class="label">power is</div><div data-p="src"></div></div>' +
+        "</div>" +
+        '<div class="pipe-spark"></div>';
+      pipes.appendChild(el);
+      var series = (data.pipeline_series || {})[String(p.id)] || { t: [] };
+      var spark = el.querySelector(".pipe-spark");
+      T.lineChart(spark, series, [
+        { key: "tokens_per_s", name: "tokens/s", color: C.tokens, fill: "tozeroy", fillcolor: "rgba(122,162,255,0.12)" },
+        { key: "acceptance_rate", name: "acceptance %", color: C.accept, scale: 100, unit: "%" },
+      ], { margin: { l: 40, r: 40, t: 4, b: 22 }, showlegend: false });
+      // acceptance on its own axis (0..100 %)
+      if (spark.data) {
+        Plotly.restyle(spark, { yaxis: "y2" }, [1]);
+        Plotly.relayout(spark, { yaxis2: { overlaying: "y", side: "right", range: [0, 100], dtick: 25, ticksuffix: "%", gridcolor: "rgba(0,0,0,0)", color: C.accept } });
+      }
+      cards[p.id] = { el: el, spark: spark };
+      return cards[p.id];
+    }
+
+    function fillCard(c, p, ts, addPoint) {
+      var s = p.stats || {};
+      T.setText(c.el, ".name", p.name);
+      T.setHTML(c.el, ".sim", p.simulated ? '<span class="pill pill-simulated">simulated</span>' : "");
+      T.setText(c.el, ".nodes", p.drafters + " drafters · " + p.verifiers + " verifiers");
+      T.setText(c.el, '[data-p="tps"]', T.fmt(s.tokens_per_s, 0));
+      T.setText(c.el, '[data-p="acc"]', T.pct(s.acceptance_rate, 0));
+      T.setText(c.el, '[data-p="mal"]', T.fmt(s.mean_acceptance_length, 2));
+      T.setText(c.el, '[data-p="batch"]', T.fmt(s.batch_mean, 1));
+      T.setText(c.el, '[data-p="itl"]', s.itl_p99_ms == null ? "—" : T.fmt(s.itl_p99_ms, 0) + " ms");
+      T.setText(c.el, '[data-p="power"]', T.watts(s.power_w));
+      T.setText(c.el, '[data-p="tpj"]', T.fmt(s.tokens_per_j, 2));
+      T.setHTML(c.el, '[data-p="src"]', T.sourcePill(s.power_source) || '<span class="dim">no data</span>');
+      if (addPoint) T.appendPoint(c.spark, ts, s);
+    }
+
+    function states(st) {
+      return Object.keys(st || {}).sort().map(function (k) {
+        return '<span class="badge state-' + T.esc(k) + '">' + st[k] + " " + T.esc(k) + "</span>";
+      }).join(" ");
+    }
+
+    function onFleet(m, addPoint) {
+      var t = m.totals || {};
+      var s = m.stats || {};
+      var root = document.getElementById("wall-kpis");
+      T.setText(root, '[data-w="tps"]', T.fmt(t.tokens_per_s, 0));
+      T.setText(root, '[data-w="power"]', T.watts(t.power_w));
+      T.setHTML(root, '[data-w="power_src"]', T.sourcePill(t.power_source) || "no live power data");
+      T.setText(root, '[data-w="tpj"]', T.fmt(t.tokens_per_j, 3));
+      T.setText(root, '[data-w="tpj_d"]', T.fmt(s.tokens_per_j_draft, 2));
+      T.setText(root, '[data-w="tpj_v"]', T.fmt(s.tokens_per_j_verify, 2));
+      T.setText(root, '[data-w="acc"]', T.pct(s.acceptance_rate));
+      T.setText(root, '[data-w="mal"]', T.fmt(s.mean_acceptance_length, 2));
+      T.setText(root, '[data-w="alpha"]', T.fmt(s.alpha, 2));
+      T.setText(root, '[data-w="online"]', String((t.states || {}).online || 0));
+      T.setText(root, '[data-w="nodes"]', String(t.nodes || 0));
+      T.setHTML(root, '[data-w="states"]', states(t.states));
+      T.setHTML(root, '[data-w="sim"]', t.simulated_nodes ? '<span class="pill pill-simulated">includes ' + t.simulated_nodes + " simulated node" + (t.simulated_nodes === 1 ? "" : "s") + "</span>" : "");
+      if (addPoint) {
+        T.appendPoint(chTokens, m.ts, s);
+        T.appendPoint(chPower, m.ts, s);
+      }
+      var seen = {};
+      (m.pipelines || []).forEach(function (p) {
+        var c = cards[p.id] || card(p);
+        fillCard(c, p, m.ts, addPoint);
+        seen[p.id] = true;
+      });
+      Object.keys(cards).forEach(function (id) {
+        if (!seen[id]) {
+          cards[id].el.remove();
+          delete cards[id];
+        }
+      });
+      var count = (m.pipelines || []).length;
+      document.getElementById("wall-empty").hidden = count > 0;
+      if (count !== lastCount) {
+        lastCount = count;
+        fit();
+      }
+    }
+
+    if (data.live) onFleet(data.live, false);
+    // a protocol name may not hold ":" (the token's separator): it travels as "."
+    var protocols = token ? ["tandem.wall", "tandem.wall-token." + token.replace(/:/g, ".")] : null;
+    new T.LiveSocket("/ws/wall/", {
+      protocols: protocols,
+      onMessage: function (m) {
+        if (m.type === "fleet.update") onFleet(m, pointDue());
+      },
+    });
+  }
 })();

@@ -113,7 +113,7 @@ def test_detail_shows_output_so_far_from_the_stream(serving, as_persona):
     for event in script("Hello, world!")[:2]:  # two token events, no done yet
         streams.publish(created["id"], event)
     Generation.objects.filter(pk=created["id"]).update(state=GenerationState.RUNNING)
-    data = as_persona("viewer").get(f"{URL}/{created['id']}").json()
+    data = as_persona("operator").get(f"{URL}/{created['id']}").json()  # its owner
     assert data["state"] == "running"
     assert data["output_text"] == "Hello,"
     assert data["output_token_count"] == 6
@@ -151,8 +151,9 @@ def test_cancel_permissions(serving, as_persona):
     assert as_persona("viewer").delete(f"{URL}/{gid}").status_code == 403
     assert as_persona("outsider").delete(f"{URL}/{gid}").status_code == 403
     assert as_persona("anonymous").delete(f"{URL}/{gid}").status_code == 401
-    # An operator may cancel anyone's generation.
-    assert as_persona("operator").delete(f"{URL}/{gid}").status_code == 202
+    # Another user's generation: an operator may not cancel it; the owner or an admin may.
+    assert as_persona("operator").delete(f"{URL}/{gid}").status_code == 403
+    assert as_persona("admin").delete(f"{URL}/{gid}").status_code == 202
     assert Generation.objects.get(pk=gid).state == GenerationState.CANCELLED
 
 
@@ -161,7 +162,7 @@ def test_stream_sends_the_events_as_sse(serving, as_persona):
     gid = as_persona("operator").post(URL, body(), format="json").json()["id"]
     for event in script("Hi there", chunk=4):
         streams.publish(gid, event)
-    response = as_persona("viewer").get(f"{URL}/{gid}/stream")
+    response = as_persona("operator").get(f"{URL}/{gid}/stream")  # its owner
     assert response.status_code == 200
     assert response["Content-Type"] == "text/event-stream"
     raw = b"".join(response).decode()

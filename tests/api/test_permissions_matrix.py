@@ -67,8 +67,10 @@ ENDPOINTS = [
         payload=lambda w: NEW_GENERATION,
     ),
     Endpoint("generations-retrieve", "get", gen(), gate("viewer", 200)),
-    Endpoint("generations-stream", "get", gen("/stream"), gate("viewer", 200, node=401)),
-    Endpoint("generations-cancel", "delete", gen(), gate("operator", 202)),
+    # The generation is the admin's: its text (the stream) and its cancel are the owner's
+    # and admins' (by default the content role is admin).
+    Endpoint("generations-stream", "get", gen("/stream"), gate("admin", 200, node=401)),
+    Endpoint("generations-cancel", "delete", gen(), gate("admin", 202)),
     Endpoint("api-keys-list", "get", lambda w: "/api/v1/api-keys", gate("viewer", 200)),
     Endpoint(
         "api-keys-create",

@@ -24,6 +24,18 @@ def _login(page, base: str, username: str) -> None:
     page.wait_for_url(lambda url: "/login/" not in url)
 
 
+def _csp_violations(page) -> list[str]:
+    """Console messages of Content-Security-Policy refusals (inline code, other origins)."""
+    seen: list[str] = []
+    page.on(
+        "console",
+        lambda m: (
+            seen.append(f"{page.url}: {m.text}") if "Content Security Policy" in m.text else None
+        ),
+    )
+    return seen
+
+
 def _wait_live(page, timeout_ms: int = 15000) -> None:
     page.wait_for_selector("#live-status.live-live", timeout=timeout_ms)
 
@@ -34,6 +46,7 @@ def test_fleet_pipeline_and_node_pages_are_live(stack, chromium, screenshots, vi
     feeder.start()
     context = chromium.new_context(viewport={"width": 1440, "height": 900})
     page = context.new_page()
+    refused = _csp_violations(page)
     try:
         _login(page, stack.url, viewer.username)
         page.goto(f"{stack.url}/fleet/")
@@ -80,6 +93,7 @@ def test_fleet_pipeline_and_node_pages_are_live(stack, chromium, screenshots, vi
         )
         page.wait_for_timeout(2000)
         page.screenshot(path=str(screenshots / "node.png"), full_page=True)
+        assert refused == [], "\n".join(refused)
     finally:
         context.close()
         feeder.stop()
@@ -102,7 +116,9 @@ def test_wall_by_signed_link_recovers_after_a_server_restart(stack, chromium, sc
     admin_page.screenshot(path=str(screenshots / "wall-links.png"), full_page=True)
     context = chromium.new_context(viewport={"width": 1920, "height": 1080})
     page = context.new_page()
+    refused = _csp_violations(page)
     try:
+        assert "#token=" in wall_url  # the token rides in the fragment, out of access logs
         page.goto(wall_url)
         _wait_live(page)
         page.wait_for_function(
@@ -110,6 +126,7 @@ def test_wall_by_signed_link_recovers_after_a_server_restart(stack, chromium, sc
         )
         page.wait_for_timeout(2500)
         page.screenshot(path=str(screenshots / "wall.png"))
+        assert refused == [], "\n".join(refused)
         nodes_before = int(page.text_content('[data-w="nodes"]'))
 
         stack.kill_web()

@@ -100,15 +100,18 @@ def test_plotly_is_served_from_the_installed_package():
 def test_wall_by_signed_link_only_opens_the_wall(world, admin):
     link, token = wall_link_create(name="NOC", actor=admin)
     screen = Client()
-    response = screen.get(f"/wall/?token={token}")
+    response = screen.get("/wall/screen/")  # the page: no data, no token in the URL
     assert response.status_code == 200
     assert b"Fleet wall" in response.content and response["Referrer-Policy"] == "no-referrer"
+    data = screen.get("/wall/data", HTTP_X_WALL_TOKEN=token)  # the figures: token in a header
+    assert data.status_code == 200 and "fleet_series" in data.json()
+    assert screen.get("/wall/data").status_code == 401
     for url in ("/fleet/", f"/pipelines/{world['pipeline'].pk}/", "/api/v1/pipelines"):
-        assert screen.get(f"{url}?token={token}").status_code in (302, 401, 403), url
-    assert screen.get(f"/wall/?token={token[:-3]}abc").status_code == 403
+        assert screen.get(url, HTTP_X_WALL_TOKEN=token).status_code in (302, 401, 403), url
+    assert screen.get("/wall/data", HTTP_X_WALL_TOKEN=f"{token[:-3]}abc").status_code == 403
     link.revoked_at = link.created_at
     link.save()
-    assert screen.get(f"/wall/?token={token}").status_code == 403
+    assert screen.get("/wall/data", HTTP_X_WALL_TOKEN=token).status_code == 403
 
 
 def test_wall_links_page_is_for_admins(admin, operator):
@@ -116,7 +119,7 @@ def test_wall_links_page_is_for_admins(admin, operator):
     carol = _login(admin)
     response = carol.post("/wall/links/", {"name": "NOC left"})
     assert response.status_code == 200
-    assert b"/wall/?token=" in response.content
+    assert b"/wall/screen/#token=" in response.content
     link = WallLink.objects.get(name="NOC left")
     assert _login(operator).post(f"/wall/links/{link.pk}/revoke").status_code == 403
     response = carol.post(f"/wall/links/{link.pk}/revoke")

@@ -12,7 +12,12 @@ from django.conf import settings
 from django.test import Client
 
 from fleet.asgi import application
-from fleet.console.services import wall_link_create, wall_link_revoke
+from fleet.console.services import (
+    WALL_PROTOCOL,
+    WALL_TOKEN_PROTOCOL,
+    wall_link_create,
+    wall_link_revoke,
+)
 from fleet.telemetry.aggregator import Aggregator
 from fleet.telemetry.ingest import encode
 from fleet.telemetry.registry import load_registry
@@ -28,15 +33,18 @@ def _cookie(user) -> bytes:
     return f"sessionid={client.cookies['sessionid'].value}".encode()
 
 
-async def _socket(path: str, user=None) -> WebsocketCommunicator:
+async def _socket(path: str, user=None, wall_token=None) -> WebsocketCommunicator:
     headers = [(b"origin", b"http://testserver"), (b"host", b"testserver")]
     if user is not None:
         headers.append((b"cookie", await _cookie(user)))
-    return WebsocketCommunicator(application, path, headers=headers)
+    protocols = None
+    if wall_token is not None:  # as static/js/wall.js sends it: a subprotocol, not the URL
+        protocols = [WALL_PROTOCOL, WALL_TOKEN_PROTOCOL + wall_token.replace(":", ".")]
+    return WebsocketCommunicator(application, path, headers=headers, subprotocols=protocols)
 
 
-async def _refused_with(path: str, user=None) -> int | None:
-    comm = await _socket(path, user)
+async def _refused_with(path: str, user=None, wall_token=None) -> int | None:
+    comm = await _socket(path, user, wall_token)
     connected, code = await comm.connect()
     assert not connected
     return code
@@ -109,22 +117,23 @@ async def test_wall_link_grants_the_wall_only_and_revocation_closes_it(admin):
     p, v, token = await _world()
     link, wall = await sync_to_async(wall_link_create)(name="NOC", actor=admin)
     # the token opens the wall ...
-    comm = await _socket(f"/ws/wall/?token={wall}")
-    connected, _ = await comm.connect()
-    assert connected
+    comm = await _socket("/ws/wall/", wall_token=wall)
+    connected, protocol = await comm.connect()
+    assert connected and protocol == WALL_PROTOCOL
     await _tick_with(v, token)
     msg = await comm.receive_json_from(timeout=5)
     assert msg["type"] == "fleet.update" and "nodes" not in msg
-    comm_live = await _socket(f"/ws/live/?token={wall}")  # ... and nothing else
+    comm_live = await _socket("/ws/live/", wall_token=wall)  # ... and nothing else
     assert (await comm_live.connect()) == (False, 4401)
-    assert await _refused_with(f"/ws/wall/?token={wall[:-2]}xx") == 4403
+    assert await _refused_with("/ws/wall/", wall_token=f"{wall[:-2]}xx") == 4403
+    assert await _refused_with(f"/ws/wall/?token={wall}") == 4401  # never from the URL
     # revoking closes the open screen and refuses new ones
     await sync_to_async(wall_link_revoke)(link=link, actor=admin)
     closed = await comm.receive_output(timeout=5)
     while closed["type"] != "websocket.close":
         closed = await comm.receive_output(timeout=5)
     assert closed["code"] == 4403
-    assert await _refused_with(f"/ws/wall/?token={wall}") == 4403
+    assert await _refused_with("/ws/wall/", wall_token=wall) == 4403
 
 
 async def test_wall_socket_for_a_logged_in_viewer(viewer):
