@@ -158,6 +158,9 @@ class VerifyEngine:
     def n_free(self) -> int:
         return self.cache.n_free
 
+    def kv_stats(self) -> dict[str, int]:
+        return self.cache.stats()
+
     def info(self) -> dict[str, Any]:
         h = self.tokenizer.hash if self.tokenizer is not None else None
         return {"kind": "target", "vocab_size": self.vocab_size, "tokenizer_hash": h}

@@ -99,6 +99,17 @@ class KVCache:
         for s, n in zip(slots, n_new, strict=True):
             self._len[s] += n
 
+    def stats(self) -> dict[str, int]:
+        """Capacity and usage, for a node's inspection figures (host-side: no device sync)."""
+        return {
+            "n_slots": self.n_slots,
+            "max_len": self.max_len,
+            "slots_used": len(self._used),
+            "capacity_tokens": self.n_slots * self.max_len,
+            "used_tokens": sum(self._len[s] for s in self._used),
+            "cache_bytes": sum(t.numel() * t.element_size() for t in (*self.k, *self.v)),
+        }
+
     def _check(self, slot: int) -> None:
         if slot not in self._used:
             raise CacheError(f"slot {slot} is not allocated")

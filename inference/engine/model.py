@@ -239,6 +239,21 @@ class Transformer(nn.Module):
         self.register_buffer("inv_freq", rope_inv_freq(config), persistent=False)
         self.head = FusedLinear([self.lm_head])
         self.apply(self._init_weights)
+        self.fuse_weights_()
+
+    def fused_linears(self) -> list[FusedLinear]:
+        out = [self.head]
+        for layer in self.model.layers:
+            out += [layer.self_attn.qkv, layer.self_attn.out, layer.mlp.gate_up, layer.mlp.down]
+        return out
+
+    def fuse_weights_(self) -> Transformer:
+        """One copy of every weight: q/k/v and gate/up each live in one buffer that their
+        parameters view, so the fused matmuls read the parameters themselves. Idempotent;
+        call it again after ``.to()`` (which copies every parameter on its own)."""
+        for f in self.fused_linears():
+            f.share_storage_()
+        return self
 
     @staticmethod
     def _init_weights(m: nn.Module, std: float = 0.02) -> None:
