@@ -125,3 +125,18 @@ def test_engine_reports_kv_capacity_and_usage():
     assert kv["n_slots"] == 3 and kv["max_len"] == 32 and kv["slots_used"] == 1
     assert kv["capacity_tokens"] == 96 and kv["used_tokens"] == 3
     assert kv["cache_bytes"] == 4 * 32 * per_tok
+
+
+def test_worker_sizes_the_cache_from_the_node_budget(monkeypatch):
+    from inference.worker import loading
+
+    m = tiny_model(0, max_position_embeddings=131072)
+    per_tok = kv_bytes_per_token(m.config, torch.float32)
+    for name in ("TANDEM_NODE_MAX_LEN", "TANDEM_KV_BYTES", "TANDEM_KV_MEMORY_FRACTION"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TANDEM_NODE_SLOTS", "64")
+    monkeypatch.setenv("TANDEM_KV_BYTES", str(per_tok * loading.DEFAULT_CONTEXT * 6))
+    assert loading.cache_shape(m) == {"n_slots": 5, "max_len": loading.DEFAULT_CONTEXT}
+    monkeypatch.setenv("TANDEM_NODE_MAX_LEN", "100")
+    monkeypatch.setenv("TANDEM_KV_BYTES", str(per_tok * 100 * 1000))
+    assert loading.cache_shape(m) == {"n_slots": 64, "max_len": 100}
