@@ -59,6 +59,7 @@ class StaticRunner:
         if self.buckets[-1] < cache.n_slots:
             self.buckets += (cache.n_slots,)
         self._graphs: dict[tuple[int, int, int], _Graph] = {}
+        self._bufs: dict[tuple[int, int], tuple[Tensor, Tensor, Tensor, Tensor]] = {}
         self._pool = None
         self.capture_s = 0.0
         self.replays = 0
@@ -121,13 +122,27 @@ class StaticRunner:
                         self._capture(key)
         return self.capture_s - t0
 
+    def _buffers(self, B: int, T: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Static inputs and output, shared by the graphs of every key range of (B, T): only
+        one runs at a time, and the vocabulary-wide output is the largest tensor of a step."""
+        bufs = self._bufs.get((B, T))
+        if bufs is None:
+            dev, c = self.device, self.model.config
+            w = self.model.lm_head.weight
+            bufs = self._bufs[(B, T)] = (
+                torch.zeros(B, T, dtype=torch.long, device=dev),
+                torch.zeros(B, dtype=torch.long, device=dev),
+                torch.zeros(B, dtype=torch.long, device=dev),
+                torch.empty(B, T, c.vocab_size, dtype=w.dtype, device=dev),
+            )  # fmt: skip
+        return bufs
+
     def _capture(self, key: tuple[int, int, int]) -> _Graph:
         B, T, n_keys = key
         t0 = time.perf_counter()
         dev = self.device
-        tok = torch.zeros(B, T, dtype=torch.long, device=dev)
-        st = torch.zeros(B, dtype=torch.long, device=dev)
-        nv = torch.zeros(B, dtype=torch.long, device=dev)  # 0 valid: warm-up writes go to scratch
+        tok, st, nv, out = self._buffers(B, T)
+        tok.zero_(), st.zero_(), nv.zero_()  # 0 valid tokens: warm-up writes go to scratch
         side = torch.cuda.Stream(dev)
         side.wait_stream(torch.cuda.current_stream(dev))
         with torch.cuda.stream(side):
@@ -138,7 +153,7 @@ class StaticRunner:
             self._pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self._pool):
-            out = self.model.static_logits(tok, self.cache, st, nv, n_keys)
+            out.copy_(self.model.static_logits(tok, self.cache, st, nv, n_keys))
         torch.cuda.synchronize(dev)
         g = self._graphs[key] = _Graph(graph, tok, st, nv, out)
         self.capture_s += time.perf_counter() - t0
