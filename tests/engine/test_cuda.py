@@ -116,3 +116,21 @@ def test_graphs_batch_shrinks_and_grows_replays_the_right_bucket():
     out, v = _spec(t, d, True, True, 2, prompts, params, n_slots=5)
     assert out == ref
     assert len({key[0] for key in v.runner.captured}) >= 2  # it replayed several buckets
+
+
+def test_one_copy_of_every_weight_on_cuda(tmp_path):
+    from inference.engine.loading import load_checkpoint, save_checkpoint
+    from inference.engine.memory import weights_memory
+
+    src = tiny_model(0, vocab_size=1024, hidden_size=256, intermediate_size=1024, num_attention_heads=8, num_key_value_heads=2)  # fmt: skip
+    save_checkpoint(src, None, tmp_path)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    model, _ = load_checkpoint(tmp_path, device="cuda", dtype=torch.bfloat16)
+    torch.cuda.synchronize()
+    loaded = torch.cuda.memory_allocated() - before
+    with torch.no_grad():
+        model(torch.tensor([[3, 4, 5]], device="cuda"))  # builds every fused weight
+    mem = weights_memory(model)
+    assert loaded <= 1.05 * mem["checkpoint_bytes"], (loaded, mem)
+    assert mem["ratio_with_copies"] <= 1.05, mem
