@@ -22,6 +22,11 @@ class CacheOverflow(CacheError):
     """A sequence would outgrow ``max_len``; raised before anything is written."""
 
 
+# max_len when none is given: a model's max_position_embeddings (131,072 for Llama 3) would
+# make one slot gigabytes; a node sizes its cache from its context and memory budget instead
+DEFAULT_MAX_LEN = 4096
+
+
 class KVCache:
     def __init__(
         self,
@@ -45,7 +50,7 @@ class KVCache:
     @classmethod
     def for_model(cls, model, n_slots: int, max_len: int | None = None) -> KVCache:
         c, p = model.config, next(model.parameters())
-        max_len = max_len or c.max_position_embeddings
+        max_len = max_len or min(c.max_position_embeddings, DEFAULT_MAX_LEN)
         return cls(
             c.num_hidden_layers, n_slots, max_len, c.num_key_value_heads, c.head_dim,
             device=p.device, dtype=p.dtype,

@@ -26,7 +26,7 @@ def n_slots() -> int:
 
 # tokens of prompt + output a sequence may reach when nothing says otherwise: a model's
 # max_position_embeddings (131,072 for Llama 3) would make one KV slot gigabytes
-DEFAULT_CONTEXT = 4096
+DEFAULT_CONTEXT = 4096  # = inference.engine.kv_cache.DEFAULT_MAX_LEN (this module skips torch)
 
 
 def context() -> int:

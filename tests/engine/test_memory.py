@@ -140,3 +140,12 @@ def test_worker_sizes_the_cache_from_the_node_budget(monkeypatch):
     monkeypatch.setenv("TANDEM_NODE_MAX_LEN", "100")
     monkeypatch.setenv("TANDEM_KV_BYTES", str(per_tok * 100 * 1000))
     assert loading.cache_shape(m) == {"n_slots": 64, "max_len": 100}
+
+
+def test_default_cache_length_is_not_max_position_embeddings():
+    from inference.engine.kv_cache import DEFAULT_MAX_LEN, KVCache
+    from inference.worker.loading import DEFAULT_CONTEXT
+
+    m = tiny_model(0, max_position_embeddings=131072)
+    assert KVCache.for_model(m, 1).max_len == DEFAULT_MAX_LEN == DEFAULT_CONTEXT
+    assert KVCache.for_model(tiny_model(0), 1).max_len == 128
