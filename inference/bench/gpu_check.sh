@@ -8,7 +8,11 @@
 # demo pair's rows in bf16 when MODELS_DIR holds demo-target and demo-draft.
 # Usage: inference/bench/gpu_check.sh [MODELS_DIR] [OUT_DIR]   (OUT_DIR default: $OUT or .)
 # Results: tests.txt, preset_llama-1b_bfloat16.json/.txt, bench_engine_cuda_bfloat16.json,
-# table_bfloat16.txt and a log per step.
+# table_bfloat16.txt and a log per step. Time limits: tests 120 s, preset 270 s (its figures
+# are written before the transformers + torch.compile baseline, which may be cut), demo 150 s.
+# With the session `run` tool: put the demo pair (manage.py train_demo_pair, ~44 MB) under
+# data/models in the tree and carry ["data/models/demo-target", "data/models/demo-draft"];
+# command: `bash inference/bench/gpu_check.sh data/models "$OUT"`, timeout_s 580.
 set -u
 cd "$(dirname "$0")/../.."
 MODELS=${1:-data/models}

@@ -128,8 +128,10 @@ def test_engine_reports_kv_capacity_and_usage():
 
 
 def test_worker_sizes_the_cache_from_the_node_budget(monkeypatch):
-    from inference.worker import loading
+    from inference.engine.kv_cache import DEFAULT_MAX_LEN
+    from inference.worker import loading  # Django settings: kept out of gpu_check.sh by name
 
+    assert loading.DEFAULT_CONTEXT == DEFAULT_MAX_LEN
     m = tiny_model(0, max_position_embeddings=131072)
     per_tok = kv_bytes_per_token(m.config, torch.float32)
     for name in ("TANDEM_NODE_MAX_LEN", "TANDEM_KV_BYTES", "TANDEM_KV_MEMORY_FRACTION"):
@@ -144,8 +146,7 @@ def test_worker_sizes_the_cache_from_the_node_budget(monkeypatch):
 
 def test_default_cache_length_is_not_max_position_embeddings():
     from inference.engine.kv_cache import DEFAULT_MAX_LEN, KVCache
-    from inference.worker.loading import DEFAULT_CONTEXT
 
     m = tiny_model(0, max_position_embeddings=131072)
-    assert KVCache.for_model(m, 1).max_len == DEFAULT_MAX_LEN == DEFAULT_CONTEXT
+    assert KVCache.for_model(m, 1).max_len == DEFAULT_MAX_LEN == 4096
     assert KVCache.for_model(tiny_model(0), 1).max_len == 128
