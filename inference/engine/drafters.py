@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from .graphs import make_runner
 from .kv_cache import CacheFull, KVCache
 from .messages import Draft, SeqId, draft_q, to_wire
 from .model import Transformer, right_pad
@@ -71,10 +72,11 @@ class ModelDrafter:
     Draft tokens are sampled with the request's own temperature/top-k/top-p (greedy requests
     draft greedily and send no probabilities)."""
 
-    def __init__(self, model: Transformer, *, n_slots: int = 8, max_len: int | None = None):
-        self.model = model
+    def __init__(self, model: Transformer, *, n_slots: int = 8, max_len: int | None = None, static: bool | None = None, graphs: bool | None = None):  # fmt: skip
+        self.model = model.fuse_weights_()
         self.cache = KVCache.for_model(model, n_slots, max_len)
         self.device = self.cache.k[0].device
+        self.runner = make_runner(model, self.cache, static, graphs)  # see VerifyEngine
         self.seqs: dict[SeqId, _Seq] = {}
 
     @property
@@ -116,8 +118,16 @@ class ModelDrafter:
                 feed = [s.ctx[self.cache.length(s.slot) :] for s in rows]
             else:
                 feed = [s.drafted[-1:] for s in rows]
+            slots = [s.slot for s in rows]
+            if self.runner is not None:
+                x, n = right_pad(feed)
+                logits = self.runner.logits(x, slots, n.tolist())
+                last = n.to(self.device) - 1
+                self._sample(rows, logits[torch.arange(len(rows), device=self.device), last])
+                steps += 1
+                continue
             x, n = right_pad(feed, self.device)
-            h = self.model.hidden(x, self.cache, [s.slot for s in rows], n)
+            h = self.model.hidden(x, self.cache, slots, n)
             if all(len(f) == x.shape[1] for f in feed):  # no padding: the last column
                 h = h[:, -1]
             else:

@@ -17,6 +17,7 @@ from torch import Tensor
 
 from .counters import SpecCounters
 from .drafters import ModelDrafter, NgramDrafter
+from .graphs import make_runner
 from .kv_cache import CacheFull, CacheOverflow, KVCache
 from .messages import Draft, SeqId, VerifyResult, draft_q
 from .model import Transformer, right_pad
@@ -67,8 +68,8 @@ class DraftEngine:
         self.seq_counters: dict[SeqId, SpecCounters] = {}
 
     @classmethod
-    def from_model(cls, model: Transformer, tokenizer: Tokenizer | None = None, *, n_slots: int = 8, max_len: int | None = None) -> DraftEngine:  # fmt: skip
-        return cls(ModelDrafter(model, n_slots=n_slots, max_len=max_len), tokenizer)
+    def from_model(cls, model: Transformer, tokenizer: Tokenizer | None = None, *, n_slots: int = 8, max_len: int | None = None, static: bool | None = None, graphs: bool | None = None) -> DraftEngine:  # fmt: skip
+        return cls(ModelDrafter(model, n_slots=n_slots, max_len=max_len, static=static, graphs=graphs), tokenizer)  # fmt: skip
 
     @classmethod
     def ngram(cls, min_n: int = 1, max_n: int = 4) -> DraftEngine:
@@ -138,10 +139,15 @@ class VerifyEngine:
         n_slots: int = 8,
         max_len: int | None = None,
         eos_token_ids: list[int] | None = None,
+        static: bool | None = None,
+        graphs: bool | None = None,
     ) -> None:
-        self.model, self.tokenizer = model, tokenizer
+        """``static`` (default: on CUDA) runs decoding steps on the static-shape path of
+        ``graphs.StaticRunner``, replayed as CUDA graphs when ``graphs`` (default: on CUDA)."""
+        self.model, self.tokenizer = model.fuse_weights_(), tokenizer
         self.cache = KVCache.for_model(model, n_slots, max_len)
         self.device = self.cache.k[0].device
+        self.runner = make_runner(model, self.cache, static, graphs)
         if eos_token_ids is None:
             eos_token_ids = list(model.config.eos_token_ids)
             if tokenizer is not None and tokenizer.eos_id is not None:
@@ -157,6 +163,9 @@ class VerifyEngine:
     @property
     def n_free(self) -> int:
         return self.cache.n_free
+
+    def kv_stats(self) -> dict[str, int]:
+        return self.cache.stats()
 
     def info(self) -> dict[str, Any]:
         h = self.tokenizer.hash if self.tokenizer is not None else None
@@ -250,10 +259,13 @@ class VerifyEngine:
         B = len(rows)
         K = max(len(d) for _, _, d, _ in rows)
         n_draft = torch.tensor([len(d) for _, _, d, _ in rows])
-        x = torch.tensor([[s.pending] + d + [0] * (K - len(d)) for _, s, d, _ in rows], device=self.device)  # fmt: skip
+        x = torch.tensor([[s.pending] + d + [0] * (K - len(d)) for _, s, d, _ in rows])
         slots = [s.slot for _, s, _, _ in rows]
         start = [self.cache.length(s.slot) for _, s, _, _ in rows]
-        logits = self.model(x, self.cache, slots, n_draft + 1)  # [B, K+1, V]
+        if self.runner is not None:
+            logits = self.runner.logits(x, slots, (n_draft + 1).tolist())
+        else:
+            logits = self.model(x.to(self.device), self.cache, slots, n_draft + 1)  # [B, K+1, V]
         params = [s.params for _, s, _, _ in rows]
         if all(pr.greedy for pr in params):
             n_acc, nxt = greedy_accept(logits, [d for _, _, d, _ in rows])
@@ -283,7 +295,8 @@ class VerifyEngine:
                 uniform[i, : len(d)] = torch.rand(len(d), device=dev, generator=s.gen)
                 noise[i] = exp_noise([s.gen], V, dev)[0]
         greedy = torch.tensor([pr.greedy for pr in params], device=dev)
-        n_acc, nxt = rejection_sample(p, x[:, 1:], n_draft.to(dev), q, greedy, uniform, noise)
+        d = x[:, 1:].to(dev)
+        n_acc, nxt = rejection_sample(p, d, n_draft.to(dev), q, greedy, uniform, noise)
         return n_acc.tolist(), nxt.tolist()
 
     # -- stop conditions -------------------------------------------------------------------

@@ -22,6 +22,11 @@ class CacheOverflow(CacheError):
     """A sequence would outgrow ``max_len``; raised before anything is written."""
 
 
+# max_len when none is given: a model's max_position_embeddings (131,072 for Llama 3) would
+# make one slot gigabytes; a node sizes its cache from its context and memory budget instead
+DEFAULT_MAX_LEN = 4096
+
+
 class KVCache:
     def __init__(
         self,
@@ -45,7 +50,7 @@ class KVCache:
     @classmethod
     def for_model(cls, model, n_slots: int, max_len: int | None = None) -> KVCache:
         c, p = model.config, next(model.parameters())
-        max_len = max_len or c.max_position_embeddings
+        max_len = max_len or min(c.max_position_embeddings, DEFAULT_MAX_LEN)
         return cls(
             c.num_hidden_layers, n_slots, max_len, c.num_key_value_heads, c.head_dim,
             device=p.device, dtype=p.dtype,
@@ -98,6 +103,17 @@ class KVCache:
     def advance(self, slots: list[int], n_new: list[int]) -> None:
         for s, n in zip(slots, n_new, strict=True):
             self._len[s] += n
+
+    def stats(self) -> dict[str, int]:
+        """Capacity and usage, for a node's inspection figures (host-side: no device sync)."""
+        return {
+            "n_slots": self.n_slots,
+            "max_len": self.max_len,
+            "slots_used": len(self._used),
+            "capacity_tokens": self.n_slots * self.max_len,
+            "used_tokens": sum(self._len[s] for s in self._used),
+            "cache_bytes": sum(t.numel() * t.element_size() for t in (*self.k, *self.v)),
+        }
 
     def _check(self, slot: int) -> None:
         if slot not in self._used:

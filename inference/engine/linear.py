@@ -49,8 +49,40 @@ PACK_MIN_NUMEL = 1 << 16
 PACK_MIN_NUMEL_ONE_ROW = 1 << 17
 
 
+def adjacent(tensors: list[Tensor]) -> bool:
+    """True when the tensors are contiguous, back to back in one storage (in this order):
+    then their concatenation along dim 0 is a view, not a copy."""
+    t0 = tensors[0]
+    if not all(t.is_contiguous() and t.dtype == t0.dtype and t.device == t0.device and t.shape[1:] == t0.shape[1:] for t in tensors):  # fmt: skip
+        return False
+    if t0.device.type == "meta":
+        return False
+    base = t0.untyped_storage().data_ptr()
+    end = t0.data_ptr()
+    for t in tensors:
+        if t.untyped_storage().data_ptr() != base or t.data_ptr() != end:
+            return False
+        end += t.numel() * t.element_size()
+    return True
+
+
+def joined(tensors: list[Tensor]) -> Tensor:
+    """``cat(tensors)`` (detached): a view when they are ``adjacent``, else a copy."""
+    if len(tensors) == 1:
+        return tensors[0].detach()
+    if adjacent(tensors):
+        t0 = tensors[0].detach()
+        shape = (sum(t.shape[0] for t in tensors), *t0.shape[1:])
+        return t0.as_strided(shape, torch.empty(shape, device="meta").stride())
+    return torch.cat([t.detach() for t in tensors]).contiguous()
+
+
 class FusedLinear:
-    """``x -> cat([layer(x) for layer in layers], -1)`` as one matmul, for inference."""
+    """``x -> cat([layer(x) for layer in layers], -1)`` as one matmul, for inference.
+
+    ``share_storage_`` moves the layers' weights (and biases) into one buffer, each parameter
+    becoming a view of its rows, so the fused weight is a view too: one copy of every weight.
+    """
 
     def __init__(self, layers: list[nn.Linear]) -> None:
         self.layers = layers  # a plain list: not submodules, so the state dict is unchanged
@@ -78,14 +110,35 @@ class FusedLinear:
                 return y if self.bias is None else y.add_(self.bias)
         return F.linear(x, self.weight, self.bias)
 
+    @torch.no_grad()
+    def share_storage_(self) -> None:
+        """Re-home the layers' weights (and biases, when all have one) into one buffer per
+        kind, the parameters becoming views of it (same Parameter objects, so an optimizer
+        keeps working). Idempotent; a no-op on the meta device."""
+        if len(self.layers) == 1:
+            return
+        for name in ("weight", "bias"):
+            ts = [getattr(m, name) for m in self.layers]
+            if any(t is None for t in ts) or ts[0].device.type == "meta" or adjacent(ts):
+                continue
+            # the same kind of tensor (inference tensors, made under inference_mode, or not)
+            with torch.inference_mode(ts[0].is_inference()):
+                flat = torch.cat([t.detach() for t in ts])
+                row = 0
+                for t in ts:
+                    t.data = flat[row : row + t.shape[0]]
+                    row += t.shape[0]
+        self._key = None
+
     def _build(self, key: tuple) -> None:
         # normal tensors, not inference tensors, even when built under inference_mode
         with torch.inference_mode(False), torch.no_grad():
-            ws = [m.weight for m in self.layers]
-            self.weight = ws[0].detach() if len(ws) == 1 else torch.cat(ws).contiguous()
+            self.weight = joined([m.weight for m in self.layers])
             biases = [m.bias for m in self.layers]
             if all(b is None for b in biases):
                 self.bias = None
+            elif all(b is not None for b in biases):
+                self.bias = joined(biases)
             else:
                 self.bias = torch.cat([
                     b if b is not None else m.weight.new_zeros(m.out_features)

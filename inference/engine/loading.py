@@ -49,7 +49,8 @@ def build_model(
     if config.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
     model.register_buffer("inv_freq", rope_inv_freq(config).to(device), persistent=False)
-    return model.eval()
+    del sd  # the loaded tensors live on as parameters; fusing then frees the separate ones
+    return model.fuse_weights_().eval()
 
 
 def load_checkpoint(

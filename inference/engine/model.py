@@ -228,6 +228,43 @@ class _Step:
         return kc[self.first : self.first + n, : self.n_keys], vc[self.first : self.first + n, : self.n_keys]  # fmt: skip
 
 
+class _StaticStep:
+    """A cached forward with shapes fixed by (rows, T, n_keys) alone, for CUDA graphs: row i
+    of the batch IS slot i (rows of slots not in the batch carry ``n_valid`` 0), every row
+    attends over a view of the first ``n_keys`` positions of its slot under a length mask,
+    and every write is one scatter (invalid positions go to the scratch slot). Nothing here
+    reads a device value on the host."""
+
+    mask_is_static = True
+    causal = False
+
+    def __init__(self, cache: KVCache, start: Tensor, n_valid: Tensor, T: int, n_keys: int):
+        dev = start.device
+        B = start.shape[0]
+        self.cache, self.B, self.n_keys = cache, B, n_keys
+        t = torch.arange(T, device=dev)
+        valid = t[None, :] < n_valid[:, None]
+        # padded queries past the key range read clamped positions (their outputs are dropped)
+        self.positions = (start[:, None] + t[None, :]).clamp(max=n_keys - 1)
+        rows = torch.arange(B, device=dev)[:, None]
+        self.w_slot = torch.where(valid, rows, cache.scratch)
+        self.w_pos = torch.where(valid, self.positions, t[None, :])
+        keys = torch.arange(n_keys, device=dev)
+        self.mask = (keys[None, None, :] <= self.positions[:, :, None])[:, None]
+
+    def scatter_queries(self, q: Tensor) -> Tensor:
+        return q
+
+    def gather_outputs(self, y: Tensor) -> Tensor:
+        return y
+
+    def write_read(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        kc, vc = self.cache.k[layer], self.cache.v[layer]
+        kc[self.w_slot, self.w_pos] = k
+        vc[self.w_slot, self.w_pos] = v
+        return kc[: self.B, : self.n_keys], vc[: self.B, : self.n_keys]
+
+
 class Transformer(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -239,6 +276,21 @@ class Transformer(nn.Module):
         self.register_buffer("inv_freq", rope_inv_freq(config), persistent=False)
         self.head = FusedLinear([self.lm_head])
         self.apply(self._init_weights)
+        self.fuse_weights_()
+
+    def fused_linears(self) -> list[FusedLinear]:
+        out = [self.head]
+        for layer in self.model.layers:
+            out += [layer.self_attn.qkv, layer.self_attn.out, layer.mlp.gate_up, layer.mlp.down]
+        return out
+
+    def fuse_weights_(self) -> Transformer:
+        """One copy of every weight: q/k/v and gate/up each live in one buffer that their
+        parameters view, so the fused matmuls read the parameters themselves. Idempotent;
+        call it again after ``.to()`` (which copies every parameter on its own)."""
+        for f in self.fused_linears():
+            f.share_storage_()
+        return self
 
     @staticmethod
     def _init_weights(m: nn.Module, std: float = 0.02) -> None:
@@ -304,6 +356,24 @@ class Transformer(nn.Module):
         if cache is not None:
             cache.advance(slots, n_valid)
         return self.model.norm(x)
+
+    def static_logits(
+        self, tokens: Tensor, cache: KVCache, start: Tensor, n_valid: Tensor, n_keys: int
+    ) -> Tensor:
+        """Logits [B, T, V] of a ``_StaticStep`` forward: tokens [B, T] where row i is slot i,
+        start [B] its cache length, n_valid [B] its real tokens (0: not in the batch). All
+        device tensors, no host reads: capturable as a CUDA graph. The cache's host-side
+        lengths are the caller's to advance."""
+        step = _StaticStep(cache, start, n_valid, tokens.shape[1], n_keys)
+        x = self.model.embed_tokens(tokens)
+        cos, sin = self.rope_tables(cache.max_len, x.dtype)
+        cos, sin = cos[step.positions], sin[step.positions]
+        if x.device.type == "cuda":
+            with sdpa_kernel(_SDPA_BACKENDS):
+                x = self._layers(x, cos, sin, step)
+        else:
+            x = self._layers(x, cos, sin, step)
+        return self.logits(self.model.norm(x))
 
     def _layers(self, x: Tensor, cos: Tensor, sin: Tensor, step: _Step | None) -> Tensor:
         for layer in self.model.layers:

@@ -20,12 +20,41 @@ def torch_device() -> str:
 
 
 def n_slots() -> int:
+    """The most sequences a node's engine holds at once (the KV budget may allow fewer)."""
     return int(os.environ.get("TANDEM_NODE_SLOTS", "64"))
 
 
-def max_len() -> int | None:
+# tokens of prompt + output a sequence may reach when nothing says otherwise: a model's
+# max_position_embeddings (131,072 for Llama 3) would make one KV slot gigabytes
+DEFAULT_CONTEXT = 4096  # = inference.engine.kv_cache.DEFAULT_MAX_LEN (this module skips torch)
+
+
+def context() -> int:
+    """A node's context (prompt + output tokens, the KV cache's max_len): TANDEM_NODE_MAX_LEN,
+    default DEFAULT_CONTEXT, capped by the model's max_position_embeddings."""
     value = os.environ.get("TANDEM_NODE_MAX_LEN")
-    return int(value) if value else None
+    return int(value) if value else DEFAULT_CONTEXT
+
+
+def kv_budget() -> dict:
+    """The KV cache's memory budget: TANDEM_KV_BYTES (bytes), or TANDEM_KV_MEMORY_FRACTION of
+    the device's free memory after the weights are loaded (default 0.9 on a GPU, like vLLM's
+    gpu_memory_utilization; 0.25 of available RAM on a CPU host)."""
+    size = os.environ.get("TANDEM_KV_BYTES")
+    fraction = os.environ.get("TANDEM_KV_MEMORY_FRACTION")
+    return {
+        "budget_bytes": int(size) if size else None,
+        "memory_fraction": float(fraction) if fraction else None,
+    }
+
+
+def cache_shape(model) -> dict:
+    """n_slots and max_len for an engine holding ``model``, from the node's budget."""
+    from inference.engine.memory import plan_kv
+
+    p = next(model.parameters())
+    plan = plan_kv(model.config, p.dtype, p.device, context=context(), max_slots=n_slots(), **kv_budget())  # fmt: skip
+    return {"n_slots": plan.n_slots, "max_len": plan.max_len}
 
 
 def load_verify_engine(ref: str):
@@ -36,7 +65,7 @@ def load_verify_engine(ref: str):
 
     torch.set_grad_enabled(False)
     model, tokenizer = load_checkpoint(model_dir(ref), device=torch_device())
-    return VerifyEngine(model, tokenizer, n_slots=n_slots(), max_len=max_len())
+    return VerifyEngine(model, tokenizer, **cache_shape(model))
 
 
 def load_draft_engine(kind: str, ref: str):
@@ -50,7 +79,7 @@ def load_draft_engine(kind: str, ref: str):
 
     torch.set_grad_enabled(False)
     model, tokenizer = load_checkpoint(model_dir(ref), device=torch_device())
-    return DraftEngine.from_model(model, tokenizer, n_slots=n_slots(), max_len=max_len())
+    return DraftEngine.from_model(model, tokenizer, **cache_shape(model))
 
 
 def sampling_params(params: dict, *, already: int = 0):

@@ -31,28 +31,66 @@ class Command(BaseCommand):
         parser.add_argument(
             "--dtype", default="float32", choices=["float32", "bfloat16"], help="both engines"
         )
+        parser.add_argument(
+            "--preset",
+            default=None,
+            help="also bench random weights of a model shape: llama-1b (Llama-3.2-1B + an 88M "
+            "draft) or tiny; the demo-pair rows run too when the pair exists",
+        )
 
     def handle(
         self, *args, json_path, quick, models, k, reps, new_tokens, no_smol, threads, device,
-        dtype, **opts,
+        dtype, preset, **opts,
     ):  # fmt: skip
         from inference.bench.engine import BenchConfig, format_table, run_bench, write_json
 
         models_dir = Path(models) if models else Path(settings.DATA_DIR) / "models"
         target, draft = models_dir / "demo-target", models_dir / "demo-draft"
-        if not (target / "config.json").exists() or not (draft / "config.json").exists():
+        have_pair = (target / "config.json").exists() and (draft / "config.json").exists()
+        if not have_pair and preset is None:
             raise CommandError(
                 f"no demo pair in {models_dir}: run `manage.py train_demo_pair` first"
             )
-        cfg = BenchConfig(target_dir=target, draft_dir=draft, models_dir=models_dir, k=k, threads=threads, smol=not no_smol, device=device, dtype=dtype)  # fmt: skip
-        if quick:
-            cfg = cfg.quick_variant()
-        if reps:
-            cfg.reps = reps
-        if new_tokens:
-            cfg.new_tokens = new_tokens
-        result = run_bench(cfg, log=lambda s: self.stderr.write(s))
-        self.stdout.write(format_table(result))
+        result: dict = {}
+        if preset is not None:
+            from inference.bench.preset import PRESETS
+
+            if preset not in PRESETS:
+                raise CommandError(f"unknown preset {preset!r} (choose from {', '.join(PRESETS)})")
+            pre = self._preset(preset, device, dtype, k, quick, threads)
+        if have_pair:
+            cfg = BenchConfig(target_dir=target, draft_dir=draft, models_dir=models_dir, k=k, threads=threads, smol=not no_smol, device=device, dtype=dtype)  # fmt: skip
+            if quick:
+                cfg = cfg.quick_variant()
+            if reps:
+                cfg.reps = reps
+            if new_tokens:
+                cfg.new_tokens = new_tokens
+            result = run_bench(cfg, log=lambda s: self.stderr.write(s))
+            self.stdout.write(format_table(result))
+        else:
+            self.stderr.write(f"no demo pair in {models_dir}: the demo rows are skipped")
+        if preset is not None:  # the preset's figures at the top level, all of it under its key
+            result |= {key: v for key, v in pre.items() if key not in result}
+            result["preset_bench"] = pre
         if json_path:
             write_json(result, json_path)
             self.stderr.write(f"wrote {json_path}")
+
+    def _preset(self, preset, device, dtype, k, quick, threads):
+        import torch
+
+        from inference.bench.preset import PresetConfig, format_preset, run_preset
+
+        prev = torch.get_num_threads()
+        if threads:
+            torch.set_num_threads(threads)
+        cfg = PresetConfig(preset=preset, device=device, dtype=dtype, k=k)
+        if quick:
+            cfg.new_tokens, cfg.reps, cfg.step_reps, cfg.prompt_len = 32, 1, 5, 32
+        try:
+            r = run_preset(cfg, log=lambda s: self.stderr.write(s))
+        finally:
+            torch.set_num_threads(prev)
+        self.stdout.write(format_preset(r))
+        return r
