@@ -18,7 +18,7 @@ logger = logging.getLogger(__name__)
 
 @shared_task(name=TASK, ignore_result=True, acks_late=False)
 def node_message(kind: str, payload: dict) -> None:
-    from inference.worker.host import current
+    from inference.worker.engine_loop import current
 
     loop = current()
     if loop is None:

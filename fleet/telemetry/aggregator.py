@@ -26,11 +26,11 @@ from datetime import UTC, datetime
 from asgiref.sync import sync_to_async
 
 from fleet.telemetry import admission, payloads
+from fleet.telemetry.accumulators import Acc, derive
 from fleet.telemetry.ingest import STREAM, verify
 from fleet.telemetry.registry import NodeInfo, Registry, load_registry
 from fleet.telemetry.samples import InvalidSample, normalize
 from fleet.telemetry.snapshot import INTEREST_KEY, LIVE_KEY
-from fleet.telemetry.stats import Acc, derive
 
 log = logging.getLogger(__name__)
 

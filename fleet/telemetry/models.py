@@ -28,7 +28,7 @@ RETENTION: dict[tuple[str, int], timedelta] = {
 
 
 class Rollup(models.Model):
-    """The derived figures (see `fleet.telemetry.stats.derive`) of one scope over one bucket
+    """The derived figures (see `fleet.telemetry.accumulators.derive`) of one scope over one bucket
     [start, start + resolution_s). `scope_id` is 0 for the fleet."""
 
     scope = models.CharField(max_length=10, choices=Scope.choices)

@@ -49,7 +49,7 @@ class PipelineSummary(TypedDict):
     simulated: bool
     drafters: int
     verifiers: int
-    stats: dict  # fleet.telemetry.stats.derive()
+    stats: dict  # fleet.telemetry.accumulators.derive()
 
 
 class FleetTotals(TypedDict):

@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from fleet.telemetry.models import RETENTION, Rollup
 
-# Figures a chart may ask for (keys of fleet.telemetry.stats.derive()).
+# Figures a chart may ask for (keys of fleet.telemetry.accumulators.derive()).
 SERIES_FIELDS = (
     "acceptance_rate",
     "mean_acceptance_length",

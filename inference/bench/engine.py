@@ -34,13 +34,13 @@ from typing import Any
 
 import torch
 
+from inference.engine.checkpoints import load_checkpoint
 from inference.engine.counters import SpecCounters
 from inference.engine.engines import DraftEngine, VerifyEngine
 from inference.engine.generator import SpeculativeGenerator
-from inference.engine.loading import load_checkpoint
 from inference.engine.sampling import SamplingParams
 
-from .stats import alpha_from_positions, ideal_speedup, median
+from .spec_arithmetic import alpha_from_positions, ideal_speedup, median
 
 SMOL_DIR_NAME = "smollm2-135m-instruct"
 
@@ -311,7 +311,7 @@ def _smollm2_gguf() -> Path | None:
 def _gguf_converter():
     import importlib
 
-    for mod in ("inference.engine.gguf_file", "inference.engine.loading"):
+    for mod in ("inference.engine.gguf_file", "inference.engine.checkpoints"):
         try:
             m = importlib.import_module(mod)
         except ImportError:

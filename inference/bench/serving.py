@@ -257,10 +257,10 @@ def _mean_batch(hist: dict[int, int]) -> float:
 def _inprocess(models: Path, rows: list[tuple[list[int], dict]], n: int, k: int) -> dict:
     """The same prompts and parameters through SpeculativeGenerator (k) or plain (k=None),
     at most n sequences at once (the same concurrency as n clients)."""
+    from inference.engine.checkpoints import load_checkpoint
     from inference.engine.engines import DraftEngine, VerifyEngine
     from inference.engine.generator import SpeculativeGenerator
-    from inference.engine.loading import load_checkpoint
-    from inference.worker.loading import sampling_params
+    from inference.worker.engine_cache import sampling_params
 
     tm, tok = load_checkpoint(models / "demo-target")
     verify = VerifyEngine(tm, tok, n_slots=n)

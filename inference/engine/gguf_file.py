@@ -17,8 +17,8 @@ from safetensors.torch import save_file
 from tokenizers import AddedToken, decoders, models, pre_tokenizers
 from tokenizers import Tokenizer as _HFTokenizer
 
+from .checkpoints import build_model
 from .config import ModelConfig
-from .loading import build_model
 from .model import Transformer
 from .tokenizer import Tokenizer
 

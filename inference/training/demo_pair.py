@@ -25,8 +25,8 @@ from pathlib import Path
 
 import torch
 
+from inference.engine.checkpoints import save_checkpoint
 from inference.engine.config import ModelConfig
-from inference.engine.loading import save_checkpoint
 from inference.engine.model import Transformer
 from inference.engine.tokenizer import Tokenizer
 

@@ -8,7 +8,7 @@ import time
 from collections import defaultdict
 
 from fleet.pipelines.policy import k_for
-from inference.worker.host import FINAL, BaseLoop
+from inference.worker.engine_loop import FINAL, BaseLoop
 
 logger = logging.getLogger(__name__)
 

@@ -25,8 +25,8 @@ from django.db import close_old_connections
 
 from inference import services, streams
 from inference.worker.detok import Detokenizer
-from inference.worker.host import FINAL, BaseLoop
-from inference.worker.loading import sampling_params
+from inference.worker.engine_cache import sampling_params
+from inference.worker.engine_loop import FINAL, BaseLoop
 
 logger = logging.getLogger(__name__)
 

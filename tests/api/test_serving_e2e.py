@@ -26,9 +26,9 @@ MAX_TOKENS = 20
 
 
 def greedy_inprocess(target, draft, prompt_ids: list[list[int]], max_tokens: int):
+    from inference.engine.checkpoints import load_checkpoint
     from inference.engine.engines import DraftEngine, VerifyEngine
     from inference.engine.generator import SpeculativeGenerator
-    from inference.engine.loading import load_checkpoint
     from inference.engine.sampling import SamplingParams
 
     tm, tok = load_checkpoint(target)

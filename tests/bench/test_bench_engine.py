@@ -5,8 +5,8 @@ import json
 import pytest
 import torch
 
+from inference.engine.checkpoints import save_checkpoint
 from inference.engine.config import ModelConfig
-from inference.engine.loading import save_checkpoint
 from inference.engine.model import Transformer
 from inference.engine.tokenizer import Tokenizer
 from inference.training import byte_tokenizer as bt

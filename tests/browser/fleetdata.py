@@ -9,10 +9,10 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 
+from fleet.telemetry.accumulators import Acc, derive
 from fleet.telemetry.ingest import publish_sample
 from fleet.telemetry.models import Rollup
 from fleet.telemetry.samples import normalize
-from fleet.telemetry.stats import Acc, derive
 from tests.telemetry import factories as f
 
 

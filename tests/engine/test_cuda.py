@@ -119,7 +119,7 @@ def test_graphs_batch_shrinks_and_grows_replays_the_right_bucket():
 
 
 def test_one_copy_of_every_weight_on_cuda(tmp_path):
-    from inference.engine.loading import load_checkpoint, save_checkpoint
+    from inference.engine.checkpoints import load_checkpoint, save_checkpoint
     from inference.engine.memory import weights_memory
 
     src = tiny_model(0, vocab_size=1024, hidden_size=256, intermediate_size=1024, num_attention_heads=8, num_key_value_heads=2)  # fmt: skip

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
+from inference.engine.checkpoints import load_checkpoint
 from inference.engine.gguf_file import convert_gguf, load_gguf
-from inference.engine.loading import load_checkpoint
 from tests.engine.helpers import tiny_model
 
 gguf = pytest.importorskip("gguf")

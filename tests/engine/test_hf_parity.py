@@ -3,8 +3,8 @@
 import pytest
 import torch
 
+from inference.engine.checkpoints import load_checkpoint, save_checkpoint
 from inference.engine.kv_cache import KVCache
-from inference.engine.loading import load_checkpoint, save_checkpoint
 from tests.engine.helpers import tiny_model
 
 transformers = pytest.importorskip("transformers")

@@ -1,7 +1,7 @@
 import subprocess
 import sys
 
-MODULES = "bench config counters drafters engines generator gguf_file kv_cache loading messages model rejection sampling tokenizer".split()  # fmt: skip
+MODULES = "config counters drafters engines generator gguf_file kv_cache checkpoints messages model rejection sampling tokenizer".split()  # fmt: skip
 
 
 def test_engine_imports_neither_django_nor_celery():

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
+from inference.engine.checkpoints import build_model, load_checkpoint, save_checkpoint
 from inference.engine.engines import VerifyEngine
 from inference.engine.generator import generate
-from inference.engine.loading import build_model, load_checkpoint, save_checkpoint
 from inference.engine.memory import KVBudgetTooSmall, kv_bytes_per_token, plan_kv, weights_memory
 from inference.engine.sampling import SamplingParams
 from tests.engine.helpers import tiny_config, tiny_model
@@ -129,19 +129,19 @@ def test_engine_reports_kv_capacity_and_usage():
 
 def test_worker_sizes_the_cache_from_the_node_budget(monkeypatch):
     from inference.engine.kv_cache import DEFAULT_MAX_LEN
-    from inference.worker import loading  # Django settings: kept out of gpu_check.sh by name
+    from inference.worker import engine_cache  # Django settings: kept out of gpu_check.sh by name
 
-    assert loading.DEFAULT_CONTEXT == DEFAULT_MAX_LEN
+    assert engine_cache.DEFAULT_CONTEXT == DEFAULT_MAX_LEN
     m = tiny_model(0, max_position_embeddings=131072)
     per_tok = kv_bytes_per_token(m.config, torch.float32)
     for name in ("TANDEM_NODE_MAX_LEN", "TANDEM_KV_BYTES", "TANDEM_KV_MEMORY_FRACTION"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("TANDEM_NODE_SLOTS", "64")
-    monkeypatch.setenv("TANDEM_KV_BYTES", str(per_tok * loading.DEFAULT_CONTEXT * 6))
-    assert loading.cache_shape(m) == {"n_slots": 5, "max_len": loading.DEFAULT_CONTEXT}
+    monkeypatch.setenv("TANDEM_KV_BYTES", str(per_tok * engine_cache.DEFAULT_CONTEXT * 6))
+    assert engine_cache.cache_shape(m) == {"n_slots": 5, "max_len": engine_cache.DEFAULT_CONTEXT}
     monkeypatch.setenv("TANDEM_NODE_MAX_LEN", "100")
     monkeypatch.setenv("TANDEM_KV_BYTES", str(per_tok * 100 * 1000))
-    assert loading.cache_shape(m) == {"n_slots": 64, "max_len": 100}
+    assert engine_cache.cache_shape(m) == {"n_slots": 64, "max_len": 100}
 
 
 def test_default_cache_length_is_not_max_position_embeddings():

@@ -138,9 +138,9 @@ def test_first_smollm2_answer_within_60s_is_the_engines_greedy_text(up):
     assert text.strip()
 
     from inference import tokenization
+    from inference.engine.checkpoints import load_checkpoint
     from inference.engine.engines import VerifyEngine
     from inference.engine.generator import SpeculativeGenerator
-    from inference.engine.loading import load_checkpoint
     from inference.engine.sampling import SamplingParams
 
     path = up.data_dir / "models" / "smollm2-135m-instruct"

@@ -18,8 +18,8 @@ from fleet.nodes.models import HardwareProfile, Node
 from fleet.nodes.services import node_register
 from fleet.pipelines.models import Pipeline, Placement
 from inference import streams
+from inference.engine.checkpoints import save_checkpoint
 from inference.engine.config import ModelConfig
-from inference.engine.loading import save_checkpoint
 from inference.engine.model import Transformer
 from inference.engine.tokenizer import Tokenizer
 from inference.training import byte_tokenizer as bt

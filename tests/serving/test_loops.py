@@ -13,14 +13,14 @@ from django.utils import timezone
 
 from fleet.pipelines.models import Pipeline
 from inference import services, streams
+from inference.engine.checkpoints import load_checkpoint
 from inference.engine.engines import DraftEngine, VerifyEngine
 from inference.engine.generator import SpeculativeGenerator
-from inference.engine.loading import load_checkpoint
 from inference.engine.sampling import SamplingParams
 from inference.models import Generation
-from inference.worker import host, messaging
+from inference.worker import engine_loop, messaging
 from inference.worker.draft import DraftLoop
-from inference.worker.loading import load_draft_engine, load_verify_engine
+from inference.worker.engine_cache import load_draft_engine, load_verify_engine
 from inference.worker.verify import VerifyLoop
 from tests.serving.helpers import make_pipeline, tokens_of, wait_done, write_pair
 from tests.serving.test_workers import prompts
@@ -29,7 +29,7 @@ from tests.serving.test_workers import prompts
 @pytest.fixture
 def wired(monkeypatch):
     """Loops by node id; messaging.send delivers straight into the target loop."""
-    loops: dict[int, host.BaseLoop] = {}
+    loops: dict[int, engine_loop.BaseLoop] = {}
     monkeypatch.setattr(messaging, "send", lambda node, kind, p: loops[node].deliver(kind, p))
     yield loops
     for loop in loops.values():

@@ -19,7 +19,7 @@ from inference.router import NoCapacity, pick_pair
 from inference.training import byte_tokenizer as bt
 from inference.worker import messaging
 from inference.worker.detok import Detokenizer
-from inference.worker.host import Tombstones
+from inference.worker.engine_loop import Tombstones
 from tests.serving.helpers import profile
 
 

@@ -23,7 +23,7 @@ import httpx
 import pytest
 import torch
 
-from inference.engine.loading import save_checkpoint
+from inference.engine.checkpoints import save_checkpoint
 from inference.engine.tokenizer import Tokenizer
 from inference.training import byte_tokenizer as bt
 from inference.training.demo_pair import DRAFT_NAME, MANIFEST, TARGET_NAME

@@ -10,9 +10,9 @@ import pytest
 
 from fleet.pipelines.models import Pipeline
 from inference import services, streams
+from inference.engine.checkpoints import load_checkpoint
 from inference.engine.engines import DraftEngine, VerifyEngine
 from inference.engine.generator import SpeculativeGenerator
-from inference.engine.loading import load_checkpoint
 from inference.engine.sampling import SamplingParams
 from inference.models import Generation
 from inference.selectors import node_inspect

@@ -1,6 +1,6 @@
 import torch
 
-from inference.bench.stats import alpha_from_positions, ideal_speedup
+from inference.bench.spec_arithmetic import alpha_from_positions, ideal_speedup
 from inference.engine.config import ModelConfig
 from inference.engine.engines import DraftEngine, VerifyEngine
 from inference.engine.generator import SpeculativeGenerator

@@ -5,8 +5,8 @@ import json
 import pytest
 import torch
 
+from inference.engine.checkpoints import load_checkpoint
 from inference.engine.engines import check_compatible
-from inference.engine.loading import load_checkpoint
 from inference.training import byte_tokenizer as bt
 from inference.training.demo_pair import DRAFT_NAME, MANIFEST, TARGET_NAME, pair_exists
 

@@ -29,7 +29,7 @@ class Command(BaseCommand):
         parser.add_argument("--demo", action="store_true", help="the same as --local demo")
 
     def handle(self, *args, role, node, loglevel, local, demo, **options):
-        from inference.worker import node as worker_node
+        from inference.worker import boot as worker_node
 
         token = os.environ.get("TANDEM_NODE_TOKEN", "")
         local = local or ("demo" if demo else "")

@@ -67,7 +67,7 @@ class Command(BaseCommand):
         clock,
         **opts,
     ):
-        from fleet.planner import bench
+        from inference.bench import planner
 
         try:
             batch_sizes = tuple(int(b) for b in batches.split(","))
@@ -103,7 +103,7 @@ class Command(BaseCommand):
             f"sweep on {models_dir} ({source}): batches {batch_sizes}, k 0..{k_max}, {new_tokens} new tokens, {reps} reps"
         )
         ks = tuple(range(k_max + 1))
-        results, timings = bench.run_sweep(
+        results, timings = planner.run_sweep(
             models_dir,
             batches=batch_sizes,
             ks=ks,
@@ -114,8 +114,8 @@ class Command(BaseCommand):
             clock=clock,
             log=self.stderr.write,
         )
-        m, prefill, fits = bench.fit_model(results, timings, max(k_max, 1))
-        report = bench.compare(
+        m, prefill, fits = planner.fit_model(results, timings, max(k_max, 1))
+        report = planner.compare(
             results,
             m,
             prefill,
@@ -138,10 +138,10 @@ class Command(BaseCommand):
                 "cpus": os.cpu_count(),
                 "machine": platform.platform(),
                 "seconds": round(time.monotonic() - started, 1),
-                "predictions": "modeled (fleet.planner.runs.predict_run_trace / predict_run with curves fitted to this sweep)",
+                "predictions": "modeled (fleet.planner.batch_runs.predict_run_trace / predict_run with curves fitted to this sweep)",
             }
         )
-        self.stdout.write(bench.format_rows(report))
+        self.stdout.write(planner.format_rows(report))
         self.stdout.write(f"fitted: {json.dumps(fits)}")
         if json_path:
             Path(json_path).write_text(json.dumps(report, indent=2))

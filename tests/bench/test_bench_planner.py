@@ -5,14 +5,14 @@ import json
 
 import pytest
 
-from fleet.planner import bench
+from fleet.planner.batch_runs import predict_run
 from fleet.planner.model import Curve, PipelineModel
-from fleet.planner.runs import predict_run
+from inference.bench import planner
 
 
 def test_per_position_acceptance_is_cumulative():
     accepted = [(4, 0), (4, 1), (4, 2), (4, 4), (2, 2)]
-    pp = bench.per_position_acceptance(accepted, 4)
+    pp = planner.per_position_acceptance(accepted, 4)
     assert pp[0] == pytest.approx(4 / 5) and pp[1] == pytest.approx(3 / 5)
     assert pp[2] == pytest.approx(1 / 4) and pp == sorted(pp, reverse=True)
 
@@ -28,7 +28,7 @@ def _synthetic(draft=DRAFT, verify=VERIFY, alpha=0.7):
     results = []
     for b in (1, 4, 16):
         for k in range(4):
-            t = bench.Timings()
+            t = planner.Timings()
             t.prefill.append((b, 0.002 + 0.0001 * b))
             rounds = 10
             for _ in range(rounds):
@@ -37,7 +37,7 @@ def _synthetic(draft=DRAFT, verify=VERIFY, alpha=0.7):
                     t.draft.append((b, k, k * draft(b)))
             wall = sum(s for *_, s in t.verify) + sum(s for *_, s in t.draft) + 0.002 + 0.0001 * b
             results.append(
-                bench.RunResult(
+                planner.RunResult(
                     b,
                     k,
                     wall,
@@ -55,9 +55,9 @@ def _synthetic(draft=DRAFT, verify=VERIFY, alpha=0.7):
 
 def test_fit_recovers_the_curves():
     truth, results = _synthetic()
-    t = bench.Timings()
+    t = planner.Timings()
     t.accepted.extend([(3, 3)] * 7 + [(3, 0)] * 3)
-    m, prefill, fits = bench.fit_model(results, t, 3)
+    m, prefill, fits = planner.fit_model(results, t, 3)
     assert m.draft_curve.a == pytest.approx(0.001, rel=1e-6) and m.draft_curve.x == pytest.approx(
         0.0001, rel=1e-6
     )
@@ -110,7 +110,7 @@ def test_bench_planner_command_on_the_tiny_pair(tmp_path, settings, capsys):
 
 
 def test_predict_run_trace_is_exact_for_greedy():
-    from fleet.planner.runs import predict_run_trace
+    from fleet.planner.batch_runs import predict_run_trace
 
     m = PipelineModel(
         alpha=None,

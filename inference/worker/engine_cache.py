@@ -60,8 +60,8 @@ def cache_shape(model) -> dict:
 def load_verify_engine(ref: str):
     import torch
 
+    from inference.engine.checkpoints import load_checkpoint
     from inference.engine.engines import VerifyEngine
-    from inference.engine.loading import load_checkpoint
 
     torch.set_grad_enabled(False)
     model, tokenizer = load_checkpoint(model_dir(ref), device=torch_device())
@@ -75,7 +75,7 @@ def load_draft_engine(kind: str, ref: str):
         return DraftEngine.ngram()
     import torch
 
-    from inference.engine.loading import load_checkpoint
+    from inference.engine.checkpoints import load_checkpoint
 
     torch.set_grad_enabled(False)
     model, tokenizer = load_checkpoint(model_dir(ref), device=torch_device())

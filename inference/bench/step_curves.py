@@ -1,5 +1,5 @@
 """Step-time curves for the planner: verify (target) time vs batch size and k, with random
-weights of a named shape. ``python -m inference.engine.bench --shape smollm2-135m``."""
+weights of a named shape. ``python -m inference.bench.step_curves --shape smollm2-135m``."""
 
 from __future__ import annotations
 

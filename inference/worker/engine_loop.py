@@ -18,7 +18,7 @@ from collections import OrderedDict
 from typing import Any
 
 from inference.worker import messaging
-from inference.worker.stats import LoopStats
+from inference.worker.live_figures import LoopStats
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from fleet.nodes.models import Node
 from fleet.pipelines.models import Placement
-from inference.worker import host
+from inference.worker import engine_loop
 from inference.worker.messaging import node_queue
 
 logger = logging.getLogger(__name__)
@@ -34,17 +34,17 @@ def build_loop(node: Node, role: str):
     if placement.role != role:
         raise ImproperlyConfigured(f"node {node.name!r} is placed as {placement.role}, not {role}")
     pipeline = placement.pipeline
-    from inference.worker import loading
+    from inference.worker import engine_cache
 
     common = {"node_id": node.pk, "pipeline_id": pipeline.pk, "config": pipeline.config()}
     if role == "verify":
         from inference.worker.verify import VerifyLoop
 
-        return VerifyLoop(engine=loading.load_verify_engine(pipeline.target_model), **common)
+        return VerifyLoop(engine=engine_cache.load_verify_engine(pipeline.target_model), **common)
     from inference.worker.draft import DraftLoop
 
     kind = pipeline.drafter_kind if pipeline.drafter_kind != "none" else "ngram"
-    return DraftLoop(engine=loading.load_draft_engine(kind, pipeline.draft_model), **common)
+    return DraftLoop(engine=engine_cache.load_draft_engine(kind, pipeline.draft_model), **common)
 
 
 def run(*, node_ref: str, role: str, token: str, api_url: str, loglevel: str = "WARNING") -> None:
@@ -53,7 +53,7 @@ def run(*, node_ref: str, role: str, token: str, api_url: str, loglevel: str = "
 
     node = resolve_node(node_ref)
     loop = build_loop(node, role)
-    host.install(loop)
+    engine_loop.install(loop)
     loop.start()
     agent = Agent(node=node, loop=loop, token=token, api_url=api_url)
     agent.start()

@@ -22,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fleet.planner.batch_runs import predict_run, predict_run_trace
 from fleet.planner.model import Curve, PipelineModel, fit_linear, fit_linear2
-from fleet.planner.runs import predict_run, predict_run_trace
 
 BATCHES = (1, 4, 16)
 KS = tuple(range(7))
@@ -115,8 +115,8 @@ def load_pair(
 ):
     import torch
 
+    from inference.engine.checkpoints import load_checkpoint
     from inference.engine.engines import DraftEngine, VerifyEngine
-    from inference.engine.loading import load_checkpoint
 
     if threads:
         torch.set_num_threads(threads)

@@ -2,8 +2,8 @@
 
 import pytest
 
+from fleet.telemetry.accumulators import Acc, derive, estimate_alpha, quantile
 from fleet.telemetry.samples import InvalidSample, normalize
-from fleet.telemetry.stats import Acc, derive, estimate_alpha, quantile
 from tests.telemetry.factories import draft_sample, verify_sample
 
 
