@@ -52,11 +52,20 @@ def device_info(device: str = "cpu") -> dict:
     if device.startswith("cuda") and torch.cuda.is_available():
         index = torch.device(device).index or 0
         props = torch.cuda.get_device_properties(index)
-        info |= {"kind": "gpu", "device": device, "name": torch.cuda.get_device_name(index),
-                 "memory_gb": round(props.total_memory / 2**30, 1)}  # fmt: skip
+        info |= {
+            "kind": "gpu",
+            "device": device,
+            "name": torch.cuda.get_device_name(index),
+            "memory_gb": round(props.total_memory / 2**30, 1),
+        }
     else:
-        info |= {"kind": "cpu", "device": "cpu", "name": cpu_model(), "cores": os.cpu_count(),
-                 "threads": torch.get_num_threads()}  # fmt: skip
+        info |= {
+            "kind": "cpu",
+            "device": "cpu",
+            "name": cpu_model(),
+            "cores": os.cpu_count(),
+            "threads": torch.get_num_threads(),
+        }
     return info
 
 
@@ -78,8 +87,16 @@ class _Deltas:
         return value - (prev or 0)
 
 
-GAUGES = ("ts", "role", "pipeline", "queue_depth", "num_requests_running", "kv_slots_used",
-          "kv_slots_total", "power_source")  # fmt: skip
+GAUGES = (
+    "ts",
+    "role",
+    "pipeline",
+    "queue_depth",
+    "num_requests_running",
+    "kv_slots_used",
+    "kv_slots_total",
+    "power_source",
+)
 MEANS = ("power_w", "utilization", "verify_step_s", "draft_step_s")
 
 
@@ -121,9 +138,12 @@ class Agent:
         self.period_s = float(period_s or settings.HEARTBEAT_PERIOD_S)
         self.device = device_info(engine_device(loop.engine))
         profile = node.profile
-        self.power = PowerMeter(idle_w=profile.idle_w, tdp_w=profile.tdp_w,
-                                gpu=self.device.get("kind") == "gpu",
-                                gpu_index=int(self.device.get("device", "cuda:0").partition(":")[2] or 0))  # fmt: skip
+        self.power = PowerMeter(
+            idle_w=profile.idle_w,
+            tdp_w=profile.tdp_w,
+            gpu=self.device.get("kind") == "gpu",
+            gpu_index=int(self.device.get("device", "cuda:0").partition(":")[2] or 0),
+        )
         self.deltas = _Deltas()
         self.last_busy, self.last_t = 0.0, time.monotonic()
         self.stopping = threading.Event()
@@ -180,8 +200,7 @@ class Agent:
             }
         else:
             n_steps = d("draft_steps", counters.num_draft_steps)
-            sample |= {"draft_steps": n_steps,
-                       "draft_step_s": (busy / n_steps) if n_steps else 0.0}  # fmt: skip
+            sample |= {"draft_steps": n_steps, "draft_step_s": (busy / n_steps) if n_steps else 0.0}
         return sample
 
     def heartbeat_body(self, samples: list[dict]) -> dict:

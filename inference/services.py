@@ -236,8 +236,12 @@ def generation_reroute(
         or old
     )
     if generation.attempts >= MAX_ATTEMPTS:
-        _end(generation, state=S.FAILED, finish_reason="error",
-             error=f"{reason}; gave up after {generation.attempts} attempts")  # fmt: skip
+        _end(
+            generation,
+            state=S.FAILED,
+            finish_reason="error",
+            error=f"{reason}; gave up after {generation.attempts} attempts",
+        )
         return generation
     try:
         pair = pick_pair(generation.pipeline, exclude=bad)

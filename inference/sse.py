@@ -32,8 +32,15 @@ def _text(raw) -> str:
     return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
-async def _pump(key: str, cursor: str, queue: asyncio.Queue, stop: asyncio.Event, *,
-                block_ms: int, idle_timeout_s: float) -> None:  # fmt: skip
+async def _pump(
+    key: str,
+    cursor: str,
+    queue: asyncio.Queue,
+    stop: asyncio.Event,
+    *,
+    block_ms: int,
+    idle_timeout_s: float,
+) -> None:
     client = aioredis.Redis.from_url(streams.redis_url())
     quiet_since = time.monotonic()
     try:

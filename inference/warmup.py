@@ -48,8 +48,14 @@ def _client() -> redis.Redis:
     return redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1, socket_timeout=2)
 
 
-def publish(*, pipeline: str, waiting_for: str, progress: float | None = None,
-            eta_s: float | None = None, ttl_s: int = TTL_S) -> None:  # fmt: skip
+def publish(
+    *,
+    pipeline: str,
+    waiting_for: str,
+    progress: float | None = None,
+    eta_s: float | None = None,
+    ttl_s: int = TTL_S,
+) -> None:
     value = {"waiting_for": waiting_for, "progress": progress, "eta_s": eta_s}
     _client().set(KEY.format(name=pipeline), json.dumps(value), ex=ttl_s)
 
@@ -98,7 +104,8 @@ class Reporter:
         if progress is not None and progress > 0.01:
             eta = (now - self.started) * (1 - progress) / progress
         try:
-            publish(pipeline=self.pipeline, waiting_for=self.waiting_for, progress=progress,
-                    eta_s=eta)  # fmt: skip
+            publish(
+                pipeline=self.pipeline, waiting_for=self.waiting_for, progress=progress, eta_s=eta
+            )
         except redis.RedisError:
             pass  # progress is for people watching; the job itself goes on

@@ -31,8 +31,7 @@ FLOPS_SLACK = 2.0  # a profile's peak may understate the device (it is an estima
 POWER_SLACK = 4.0  # measured power of a host can exceed the profile's TDP (a whole server)
 UNKNOWN_PEAK_TFLOPS = 125_000.0  # a profile without a figure: the largest single system
 
-REASONS = ("bad_signature", "malformed", "unknown_node", "replay", "stale", "future",
-           "impossible")  # fmt: skip
+REASONS = ("bad_signature", "malformed", "unknown_node", "replay", "stale", "future", "impossible")
 
 # Counters that count tokens (or things of which there is at most one per token).
 TOKEN_COUNTERS = (

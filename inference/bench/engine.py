@@ -158,7 +158,12 @@ def interleaved(
         order = names[rep % len(names) :] + names[: rep % len(names)]
         for n in order:
             res[n].runs.append(cases[n](rep))
-        log(f"  rep {rep + 1}/{reps}: " + ", ".join(f"{n} {res[n].runs[-1].tokens / res[n].runs[-1].seconds:.1f} tok/s" for n in names))  # fmt: skip
+        log(
+            f"  rep {rep + 1}/{reps}: "
+            + ", ".join(
+                f"{n} {res[n].runs[-1].tokens / res[n].runs[-1].seconds:.1f} tok/s" for n in names
+            )
+        )
     return res
 
 
@@ -218,7 +223,9 @@ def _device_name(device: str) -> str:
         return torch.cuda.get_device_name(torch.device(device))
     try:
         with open("/proc/cpuinfo") as f:
-            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")  # fmt: skip
+            model = next(
+                (ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), ""
+            )
     except OSError:
         model = ""
     return f"CPU {model or platform.processor()}".strip()
@@ -261,7 +268,9 @@ def hf_case(
         with torch.inference_mode():
             _sync(model.device)
             t0 = time.perf_counter()
-            out = model.generate(input_ids=x, attention_mask=torch.ones_like(x), generation_config=gc, **kw)  # fmt: skip
+            out = model.generate(
+                input_ids=x, attention_mask=torch.ones_like(x), generation_config=gc, **kw
+            )
             _sync(model.device)
             dt = time.perf_counter() - t0
         toks = out[0, x.shape[1] :].tolist()
@@ -489,9 +498,13 @@ def _run(cfg: BenchConfig, threads: int, log) -> dict[str, Any]:
     )
     plain, spec = res["ours_plain"], res["ours_spec"]
     s = spec_summary(spec, plain, k)
-    match_hf = all(a.outputs == b.outputs for a, b in zip(plain.runs, res["hf_generate"].runs, strict=True))  # fmt: skip
+    match_hf = all(
+        a.outputs == b.outputs for a, b in zip(plain.runs, res["hf_generate"].runs, strict=True)
+    )
     match_spec = all(a.outputs == b.outputs for a, b in zip(plain.runs, spec.runs, strict=True))
-    match_assist = all(a.outputs == b.outputs for a, b in zip(plain.runs, res["hf_assisted"].runs, strict=True))  # fmt: skip
+    match_assist = all(
+        a.outputs == b.outputs for a, b in zip(plain.runs, res["hf_assisted"].runs, strict=True)
+    )
     hf_assist = res["hf_assisted"]
     demo = {
         **s,
@@ -507,7 +520,7 @@ def _run(cfg: BenchConfig, threads: int, log) -> dict[str, Any]:
             "plain_vs_hf": match_hf,
             "spec_vs_plain": match_spec,
             "hf_assisted_vs_plain": match_assist,
-        },  # fmt: skip
+        },
     }
     ctx = cfg.prompt_len + cfg.new_tokens // 2
     demo["raw_forward_ms"] = {
@@ -517,9 +530,17 @@ def _run(cfg: BenchConfig, threads: int, log) -> dict[str, Any]:
     }
     demo["time_breakdown"] = time_breakdown(spec)
     result["demo"] = demo
-    for key in ("alpha", "mean_acceptance_length", "acceptance_rate", "c", "ideal_speedup",
-                "speedup_vs_plain", "decode_speedup_vs_plain", "efficiency",
-                "efficiency_end_to_end"):  # fmt: skip
+    for key in (
+        "alpha",
+        "mean_acceptance_length",
+        "acceptance_rate",
+        "c",
+        "ideal_speedup",
+        "speedup_vs_plain",
+        "decode_speedup_vs_plain",
+        "efficiency",
+        "efficiency_end_to_end",
+    ):
         result[key] = demo[key]
     result["speedup_vs_hf_assisted"] = demo["speedup_vs_hf_assisted"]
     result["plain_vs_hf_generate"] = demo["plain_vs_hf_generate"]
@@ -597,7 +618,11 @@ def _smol(cfg: BenchConfig, k: int, rows: list, log) -> dict[str, Any]:
     c_ = res["ours_ngram"].counters
     alpha = alpha_from_positions(c_.num_accepted_tokens_per_pos, c_.num_draft_tokens_per_pos)
     base = res["hf_generate"].tokens_per_s
-    ng = {"alpha": alpha, "acceptance_rate": c_.acceptance_rate, "mean_acceptance_length": c_.mean_acceptance_length}  # fmt: skip
+    ng = {
+        "alpha": alpha,
+        "acceptance_rate": c_.acceptance_rate,
+        "mean_acceptance_length": c_.mean_acceptance_length,
+    }
     rows += [
         _row("smollm2", "ours plain", 1, 0, res["ours_plain"], base),
         _row("smollm2", "HF generate()", 1, 0, res["hf_generate"], base),
@@ -611,14 +636,14 @@ def _smol(cfg: BenchConfig, k: int, rows: list, log) -> dict[str, Any]:
         "ours_ngram_tok_s": res["ours_ngram"].tokens_per_s,
         "hf_prompt_lookup_tok_s": res["hf_prompt_lookup"].tokens_per_s,
         "ngram_vs_hf_prompt_lookup": res["ours_ngram"].tokens_per_s
-        / res["hf_prompt_lookup"].tokens_per_s,  # fmt: skip
+        / res["hf_prompt_lookup"].tokens_per_s,
         "ngram_vs_plain": res["ours_ngram"].tokens_per_s / res["ours_plain"].tokens_per_s,
         "plain_vs_hf_generate": res["ours_plain"].tokens_per_s / base,
         **ng,
         "outputs_match": all(
             a.outputs == b.outputs
             for a, b in zip(res["ours_plain"].runs, res["hf_generate"].runs, strict=True)
-        ),  # fmt: skip
+        ),
     }
 
 
@@ -642,7 +667,7 @@ def _row(section, engine, batch, k, case: CaseResult, base_tps: float, s: dict |
                 "ideal_speedup",
                 "efficiency",
             )
-        },  # fmt: skip
+        },
     }
 
 
@@ -667,7 +692,10 @@ _COLS = [
 def format_table(result: dict[str, Any]) -> str:
     """One table. 'x ref': tokens/s over HF generate() (demo, smollm2) or over our plain
     decoding at the same batch size (sweep)."""
-    body = [[("-" if r.get(key) is None else fmt.format(r[key])) for key, _, fmt in _COLS] for r in result["rows"]]  # fmt: skip
+    body = [
+        [("-" if r.get(key) is None else fmt.format(r[key])) for key, _, fmt in _COLS]
+        for r in result["rows"]
+    ]
     head = [h for _, h, _ in _COLS]
     widths = [
         max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(head)
@@ -682,7 +710,7 @@ def format_table(result: dict[str, Any]) -> str:
     out.append("")
     out.append(
         f"demo pair, B=1, k={d['k']}: speculative {d['speedup_vs_plain']:.2f}x our plain, "
-        f"{d['speedup_vs_hf_assisted']:.2f}x HF assisted; our plain {d['plain_vs_hf_generate']:.2f}x HF generate(); "  # fmt: skip
+        f"{d['speedup_vs_hf_assisted']:.2f}x HF assisted; our plain {d['plain_vs_hf_generate']:.2f}x HF generate(); "
         f"c={d['c']:.3f} (draft step {d['draft_step_ms']:.2f} ms / target step {d['target_step_ms']:.2f} ms, "
         f"verify of k+1 {d['verify_step_ms']:.2f} ms); ideal {d['ideal_speedup']:.2f}x; "
         f"decoding phase {d['decode_speedup_vs_plain']:.2f}x our plain, efficiency {d['efficiency']:.2f} "
@@ -696,15 +724,28 @@ def format_table(result: dict[str, Any]) -> str:
         f"prefills {tb['prefill_ms_per_round']:.2f} ms, generator/other {tb['other_ms_per_round']:.2f} ms (round {tb['round_ms']:.2f} ms)"
     )
     om = d["outputs_match"]
-    out.append(f"greedy outputs identical: ours plain = HF generate: {om['plain_vs_hf']}, ours spec = ours plain: {om['spec_vs_plain']}, HF assisted = ours plain: {om['hf_assisted_vs_plain']}")  # fmt: skip
+    out.append(
+        f"greedy outputs identical: ours plain = HF generate: {om['plain_vs_hf']}, ours spec = ours plain: {om['spec_vs_plain']}, HF assisted = ours plain: {om['hf_assisted_vs_plain']}"
+    )
     sm = result.get("smollm2", {})
     if "skipped" in sm:
         out.append(f"SmolLM2 rows skipped: {sm['skipped']}")
     sweep = result.get("batch_sweep", [])
     if sweep:
-        out.append("best k by measured tokens/s: " + ", ".join(f"B={e['batch']}: {'plain' if not e['best_k'] else 'k=' + str(e['best_k'])}" for e in sweep))  # fmt: skip
-    out.append("targets: " + ", ".join(f"{k} {'OK' if v else 'MISSED'}" for k, v in result["targets"].items()))  # fmt: skip
-    out.append(f"({result['device']}, {result['dtype']}, {result['threads']} threads, torch {result['torch']}, transformers {result['transformers']}, {result['seconds']:.0f} s)")  # fmt: skip
+        out.append(
+            "best k by measured tokens/s: "
+            + ", ".join(
+                f"B={e['batch']}: {'plain' if not e['best_k'] else 'k=' + str(e['best_k'])}"
+                for e in sweep
+            )
+        )
+    out.append(
+        "targets: "
+        + ", ".join(f"{k} {'OK' if v else 'MISSED'}" for k, v in result["targets"].items())
+    )
+    out.append(
+        f"({result['device']}, {result['dtype']}, {result['threads']} threads, torch {result['torch']}, transformers {result['transformers']}, {result['seconds']:.0f} s)"
+    )
     return "\n".join(out)
 
 

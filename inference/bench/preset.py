@@ -43,7 +43,13 @@ _LLAMA3_ROPE = {
     "high_freq_factor": 4.0,
     "original_max_position_embeddings": 8192,
 }
-_LLAMA = dict(rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=True, bos_token_id=128000, eos_token_id=128001)  # fmt: skip
+_LLAMA = dict(
+    rms_norm_eps=1e-5,
+    rope_theta=500000.0,
+    tie_word_embeddings=True,
+    bos_token_id=128000,
+    eos_token_id=128001,
+)
 
 PRESETS: dict[str, tuple[ModelConfig, ModelConfig]] = {
     "llama-1b": (
@@ -58,7 +64,7 @@ PRESETS: dict[str, tuple[ModelConfig, ModelConfig]] = {
             max_position_embeddings=131072,
             rope_scaling=_LLAMA3_ROPE,
             **_LLAMA,
-        ),  # fmt: skip
+        ),
         ModelConfig(
             vocab_size=128256,
             hidden_size=512,
@@ -70,7 +76,7 @@ PRESETS: dict[str, tuple[ModelConfig, ModelConfig]] = {
             max_position_embeddings=131072,
             rope_scaling=_LLAMA3_ROPE,
             **_LLAMA,
-        ),  # fmt: skip
+        ),
     ),
     "tiny": (
         ModelConfig(
@@ -82,7 +88,7 @@ PRESETS: dict[str, tuple[ModelConfig, ModelConfig]] = {
             num_key_value_heads=2,
             max_position_embeddings=4096,
             **_LLAMA | {"bos_token_id": 1, "eos_token_id": 2},
-        ),  # fmt: skip
+        ),
         ModelConfig(
             vocab_size=512,
             hidden_size=32,
@@ -92,12 +98,21 @@ PRESETS: dict[str, tuple[ModelConfig, ModelConfig]] = {
             num_key_value_heads=2,
             max_position_embeddings=4096,
             **_LLAMA | {"bos_token_id": 1, "eos_token_id": 2},
-        ),  # fmt: skip
+        ),
     ),
 }
 
 # peak memory bandwidth by device name (bytes/s): the roofline of batch-1 decoding
-HBM_BYTES_PER_S = {"H200": 4.8e12, "H100 SXM": 3.35e12, "H100 NVL": 3.9e12, "H100 PCIe": 2.0e12, "H100": 3.35e12, "A100-SXM4-80GB": 2.04e12, "A100": 1.555e12, "L40S": 0.864e12}  # fmt: skip
+HBM_BYTES_PER_S = {
+    "H200": 4.8e12,
+    "H100 SXM": 3.35e12,
+    "H100 NVL": 3.9e12,
+    "H100 PCIe": 2.0e12,
+    "H100": 3.35e12,
+    "A100-SXM4-80GB": 2.04e12,
+    "A100": 1.555e12,
+    "L40S": 0.864e12,
+}
 
 
 def hbm_bandwidth(device: str) -> float | None:
@@ -134,7 +149,9 @@ def random_model(config: ModelConfig, device: str, dtype: torch.dtype, seed: int
     return m.to(dtype).fuse_weights_().eval()
 
 
-def step_ms(engine_model: Transformer, runner, cache, B: int, T: int, context: int, reps: int) -> float:  # fmt: skip
+def step_ms(
+    engine_model: Transformer, runner, cache, B: int, T: int, context: int, reps: int
+) -> float:
     """Median ms of one decoding step of T tokens for B sequences of ``context`` cached
     tokens, as an engine runs it: the step (static/graphed path where the engine has one),
     the argmax and its one device-to-host read."""
@@ -184,7 +201,9 @@ def attention_kernels(device: str, dtype: torch.dtype, head_dim: int) -> dict[st
     return out
 
 
-def hf_compiled_decode_tok_s(model: Transformer, device: str, dtype: torch.dtype, prompt_len: int, n: int, log) -> float | None:  # fmt: skip
+def hf_compiled_decode_tok_s(
+    model: Transformer, device: str, dtype: torch.dtype, prompt_len: int, n: int, log
+) -> float | None:
     """transformers' LlamaForCausalLM holding the same weights, static cache + torch.compile
     (``reduce-overhead``), batch 1: decoding tok/s as (n - 1) / (t(n tokens) - t(1 token))."""
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -203,13 +222,21 @@ def hf_compiled_decode_tok_s(model: Transformer, device: str, dtype: torch.dtype
     def run(m: int) -> float:
         _sync(device)
         t0 = time.perf_counter()
-        hf.generate(input_ids=x, attention_mask=torch.ones_like(x), max_new_tokens=m, min_new_tokens=m, do_sample=False)  # fmt: skip
+        hf.generate(
+            input_ids=x,
+            attention_mask=torch.ones_like(x),
+            max_new_tokens=m,
+            min_new_tokens=m,
+            do_sample=False,
+        )
         _sync(device)
         return time.perf_counter() - t0
 
     t0 = time.perf_counter()
     run(n), run(1)  # compiles (both shapes)
-    log(f"  HF static cache + torch.compile: compiled and warmed in {time.perf_counter() - t0:.0f} s")  # fmt: skip
+    log(
+        f"  HF static cache + torch.compile: compiled and warmed in {time.perf_counter() - t0:.0f} s"
+    )
     ts = [(run(n), run(1)) for _ in range(3)]
     return (n - 1) / median([a - b for a, b in ts])
 
@@ -249,7 +276,9 @@ def _decode_tok_s(engine: VerifyEngine, B: int, cfg: PresetConfig) -> float:
     return median(runs)
 
 
-def _run(cfg: PresetConfig, tcfg: ModelConfig, dcfg: ModelConfig, dtype, log, partial) -> dict[str, Any]:  # fmt: skip
+def _run(
+    cfg: PresetConfig, tcfg: ModelConfig, dcfg: ModelConfig, dtype, log, partial
+) -> dict[str, Any]:
     dev = cfg.device
     t_start = time.perf_counter()
     if torch.device(dev).type == "cuda":
@@ -272,7 +301,7 @@ def _run(cfg: PresetConfig, tcfg: ModelConfig, dcfg: ModelConfig, dtype, log, pa
         "preset": cfg.preset,
         "device": torch.cuda.get_device_name(torch.device(dev))
         if torch.device(dev).type == "cuda"
-        else "cpu",  # fmt: skip
+        else "cpu",
         "dtype": cfg.dtype,
         "target_parameters": n_params,
         "draft_parameters": sum(p.numel() for p in draft.parameters()),
@@ -281,12 +310,20 @@ def _run(cfg: PresetConfig, tcfg: ModelConfig, dcfg: ModelConfig, dtype, log, pa
     }
     steps: dict[str, float] = {}
     for B in cfg.batches:
-        log(f"  batch {B}: plain decoding, {cfg.prompt_len}-token prompts, {cfg.new_tokens} new tokens")  # fmt: skip
+        log(
+            f"  batch {B}: plain decoding, {cfg.prompt_len}-token prompts, {cfg.new_tokens} new tokens"
+        )
         r[f"b{B}_plain_tok_s"] = _decode_tok_s(t_engine, B, cfg)
         for T in (1, cfg.k + 1):
-            steps[f"target_b{B}_T{T}_ms"] = step_ms(target, t_engine.runner, t_engine.cache, B, T, ctx, cfg.step_reps)  # fmt: skip
-        r[f"verify_ratio_b{B}"] = steps[f"target_b{B}_T{cfg.k + 1}_ms"] / steps[f"target_b{B}_T1_ms"]  # fmt: skip
-    steps["draft_b1_T1_ms"] = step_ms(draft, d_engine.runner, d_engine.cache, 1, 1, ctx, cfg.step_reps)  # fmt: skip
+            steps[f"target_b{B}_T{T}_ms"] = step_ms(
+                target, t_engine.runner, t_engine.cache, B, T, ctx, cfg.step_reps
+            )
+        r[f"verify_ratio_b{B}"] = (
+            steps[f"target_b{B}_T{cfg.k + 1}_ms"] / steps[f"target_b{B}_T1_ms"]
+        )
+    steps["draft_b1_T1_ms"] = step_ms(
+        draft, d_engine.runner, d_engine.cache, 1, 1, ctx, cfg.step_reps
+    )
     b1 = min(cfg.batches)
     r[f"c_b{b1}"] = steps["draft_b1_T1_ms"] / steps[f"target_b{b1}_T1_ms"]
     r["step_ms"] = steps
@@ -299,8 +336,14 @@ def _run(cfg: PresetConfig, tcfg: ModelConfig, dcfg: ModelConfig, dtype, log, pa
     r["weights_memory"] = mem
     r["weights_memory_ratio"] = mem["ratio_with_copies"]
     r["cuda_allocated_after_load_ratio"] = cuda_ratio
-    r["graph_capture_s"] = sum(e.runner.capture_s for e in (t_engine, d_engine) if e.runner is not None)  # fmt: skip
-    r["graphs_captured"] = len(t_engine.runner.captured) + len(d_engine.runner.captured) if t_engine.runner is not None and d_engine.runner is not None else 0  # fmt: skip
+    r["graph_capture_s"] = sum(
+        e.runner.capture_s for e in (t_engine, d_engine) if e.runner is not None
+    )
+    r["graphs_captured"] = (
+        len(t_engine.runner.captured) + len(d_engine.runner.captured)
+        if t_engine.runner is not None and d_engine.runner is not None
+        else 0
+    )
     do_hf = cfg.hf_compiled if cfg.hf_compiled is not None else torch.device(dev).type == "cuda"
     r[f"b{b1}_hf_compiled_tok_s"] = r[f"b{b1}_vs_hf_compiled"] = None
     r["seconds"] = time.perf_counter() - t_start
@@ -319,9 +362,13 @@ def _run(cfg: PresetConfig, tcfg: ModelConfig, dcfg: ModelConfig, dtype, log, pa
 
 def format_preset(r: dict[str, Any]) -> str:
     b = [k.removeprefix("b").removesuffix("_plain_tok_s") for k in r if k.endswith("_plain_tok_s")]
-    lines = [f"preset {r['preset']} ({r['target_parameters'] / 1e9:.2f}B target, {r['draft_parameters'] / 1e6:.0f}M draft), {r['dtype']} on {r['device']}:"]  # fmt: skip
+    lines = [
+        f"preset {r['preset']} ({r['target_parameters'] / 1e9:.2f}B target, {r['draft_parameters'] / 1e6:.0f}M draft), {r['dtype']} on {r['device']}:"
+    ]
     for B in b:
-        lines.append(f"  batch {B}: plain decode {r[f'b{B}_plain_tok_s']:.1f} tok/s, verify of k+1 / plain step {r[f'verify_ratio_b{B}']:.2f}")  # fmt: skip
+        lines.append(
+            f"  batch {B}: plain decode {r[f'b{B}_plain_tok_s']:.1f} tok/s, verify of k+1 / plain step {r[f'verify_ratio_b{B}']:.2f}"
+        )
     b1 = b[0]
     frac, hf = r.get(f"b{b1}_roofline_fraction"), r.get(f"b{b1}_vs_hf_compiled")
     roof = r["roofline_tok_s"]
@@ -329,6 +376,10 @@ def format_preset(r: dict[str, Any]) -> str:
     roof_s = "unknown bandwidth" if roof is None else f"{roof:.0f} tok/s"
     hf_s = "not run" if hf is None else f"{hf:.2f}x"
     c = r[f"c_b{b1}"]
-    lines.append(f"  batch {b1}: {frac_s} of the roofline ({roof_s}); vs HF static cache + compile: {hf_s}; c = {c:.3f}")  # fmt: skip
-    lines.append(f"  weights memory {r['weights_memory_ratio']:.3f}x the checkpoint; CUDA graphs {r['graphs_captured']} captured in {r['graph_capture_s']:.2f} s; attention {r['attention']}")  # fmt: skip
+    lines.append(
+        f"  batch {b1}: {frac_s} of the roofline ({roof_s}); vs HF static cache + compile: {hf_s}; c = {c:.3f}"
+    )
+    lines.append(
+        f"  weights memory {r['weights_memory_ratio']:.3f}x the checkpoint; CUDA graphs {r['graphs_captured']} captured in {r['graph_capture_s']:.2f} s; attention {r['attention']}"
+    )
     return "\n".join(lines)

@@ -71,9 +71,16 @@ def run(argv: list[str], *, models: Path, log=print) -> int:
         env.pop("DATABASE_URL", None)
         try:
             return subprocess.call(
-                [sys.executable, str(ROOT / "manage.py"), "bench_serving", *argv,
-                 "--models", str(models)], env=env,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    str(ROOT / "manage.py"),
+                    "bench_serving",
+                    *argv,
+                    "--models",
+                    str(models),
+                ],
+                env=env,
+            )
         finally:
             redis.stop()
 
@@ -102,7 +109,7 @@ class Stack:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-            )  # fmt: skip
+            )
         )
 
     def close(self) -> None:
@@ -147,10 +154,14 @@ def _setup(models: Path, *, k: int, max_batch: int, wait_ms: int):
     _, key = api_key_create(user=user, name="bench")
     profile = HardwareProfile.objects.filter(kind="cpu").first()
     pipeline = Pipeline.objects.create(
-        name="bench", target_model=str(models / "demo-target"),
-        draft_model=str(models / "demo-draft"), drafter_kind="model",
-        k_policy={"mode": "fixed", "k": k}, max_verify_batch=max_batch, max_batch_wait_ms=wait_ms,
-    )  # fmt: skip
+        name="bench",
+        target_model=str(models / "demo-target"),
+        draft_model=str(models / "demo-draft"),
+        drafter_kind="model",
+        k_policy={"mode": "fixed", "k": k},
+        max_verify_batch=max_batch,
+        max_batch_wait_ms=wait_ms,
+    )
     nodes = {}
     for role in ("draft", "verify"):
         node, token = node_register(name=f"bench-{role}", profile=profile, roles=[role])
@@ -177,8 +188,16 @@ async def _client(http, base, key, prompts, max_tokens, records) -> None:
     headers = {"Authorization": f"Bearer {key}"}
     for prompt in prompts:
         t0 = time.perf_counter()
-        r = await http.post(f"{base}/api/v1/generations", headers=headers, json={
-            "pipeline": "bench", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0})  # fmt: skip
+        r = await http.post(
+            f"{base}/api/v1/generations",
+            headers=headers,
+            json={
+                "pipeline": "bench",
+                "prompt": prompt,
+                "max_tokens": max_tokens,
+                "temperature": 0,
+            },
+        )
         if r.status_code != 201:
             raise RuntimeError(f"POST /api/v1/generations: {r.status_code} {r.text[:500]}")
         gid = r.json()["id"]
@@ -214,8 +233,9 @@ def _drive(base, key, prompts_per_client, max_tokens) -> dict:
     async def main():
         limits = httpx.Limits(max_connections=len(prompts_per_client) * 2 + 4)
         async with httpx.AsyncClient(timeout=600, limits=limits) as http:
-            await asyncio.gather(*(_client(http, base, key, ps, max_tokens, records)
-                                   for ps in prompts_per_client))  # fmt: skip
+            await asyncio.gather(
+                *(_client(http, base, key, ps, max_tokens, records) for ps in prompts_per_client)
+            )
 
     t0 = time.perf_counter()
     asyncio.run(main())
@@ -225,10 +245,16 @@ def _drive(base, key, prompts_per_client, max_tokens) -> dict:
     ttft = [r["ttft"] for r in records if r["ttft"] is not None]
     errors = [r["finish"] for r in records if r["finish"] not in ("stop", "length")]
     return {
-        "requests": len(records), "tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall,
-        "itl_ms_p50": (_pct(itl, 0.5) or 0) * 1000, "itl_ms_p99": (_pct(itl, 0.99) or 0) * 1000,
-        "ttft_ms_p50": (_pct(ttft, 0.5) or 0) * 1000, "errors": errors[:5], "ids": [r["id"] for r in records],
-    }  # fmt: skip
+        "requests": len(records),
+        "tokens": tokens,
+        "wall_s": wall,
+        "tokens_per_s": tokens / wall,
+        "itl_ms_p50": (_pct(itl, 0.5) or 0) * 1000,
+        "itl_ms_p99": (_pct(itl, 0.99) or 0) * 1000,
+        "ttft_ms_p50": (_pct(ttft, 0.5) or 0) * 1000,
+        "errors": errors[:5],
+        "ids": [r["id"] for r in records],
+    }
 
 
 def _hist_delta(before: dict, after: dict) -> dict[int, int]:
@@ -276,12 +302,26 @@ def _inprocess(models: Path, rows: list[tuple[list[int], dict]], n: int, k: int)
     outs = gen.generate(prompts, params)
     wall = time.perf_counter() - t0
     tokens = sum(len(o.token_ids) for o in outs)
-    return {"requests": len(outs), "tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall,
-            "token_ids": [o.token_ids for o in outs]}  # fmt: skip
+    return {
+        "requests": len(outs),
+        "tokens": tokens,
+        "wall_s": wall,
+        "tokens_per_s": tokens / wall,
+        "token_ids": [o.token_ids for o in outs],
+    }
 
 
-def bench(*, models: Path, ns: list[int], requests_per_client: int, max_tokens: int, k: int,
-          max_batch: int, wait_ms: int, log=print) -> dict:  # fmt: skip
+def bench(
+    *,
+    models: Path,
+    ns: list[int],
+    requests_per_client: int,
+    max_tokens: int,
+    k: int,
+    max_batch: int,
+    wait_ms: int,
+    log=print,
+) -> dict:
     import torch
 
     from fleet.pipelines.models import Pipeline
@@ -295,13 +335,31 @@ def bench(*, models: Path, ns: list[int], requests_per_client: int, max_tokens: 
     stack = Stack(log)
     threads = str(max(1, (os.cpu_count() or 2) // 2))
     try:
-        stack.spawn("web", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                            "fleet.asgi:application"])  # fmt: skip
+        stack.spawn(
+            "web",
+            [
+                sys.executable,
+                "-m",
+                "daphne",
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                "fleet.asgi:application",
+            ],
+        )
         for role, (node, token) in nodes.items():
-            stack.spawn(role, [sys.executable, "manage.py", "run_node", "--role", role],
-                        {"TANDEM_NODE_ID": str(node.pk), "TANDEM_NODE_TOKEN": token,
-                         "TANDEM_API_URL": base, "OMP_NUM_THREADS": threads,
-                         "TANDEM_NODE_SLOTS": str(max(ns) + 8)})  # fmt: skip
+            stack.spawn(
+                role,
+                [sys.executable, "manage.py", "run_node", "--role", role],
+                {
+                    "TANDEM_NODE_ID": str(node.pk),
+                    "TANDEM_NODE_TOKEN": token,
+                    "TANDEM_API_URL": base,
+                    "OMP_NUM_THREADS": threads,
+                    "TANDEM_NODE_SLOTS": str(max(ns) + 8),
+                },
+            )
 
         def online():
             from fleet.nodes.models import Node
@@ -312,11 +370,18 @@ def bench(*, models: Path, ns: list[int], requests_per_client: int, max_tokens: 
         rng = random.Random(0)
         corpus = _prompts()
         _drive(base, key, [[corpus[0]]], 8)  # warm-up
-        report: dict = {"config": {"k": k, "max_verify_batch": max_batch,
-                                   "max_batch_wait_ms": wait_ms, "max_tokens": max_tokens,
-                                   "requests_per_client": requests_per_client,
-                                   "worker_threads": int(threads), "cpus": os.cpu_count(),
-                                   "models": str(models)}}  # fmt: skip
+        report: dict = {
+            "config": {
+                "k": k,
+                "max_verify_batch": max_batch,
+                "max_batch_wait_ms": wait_ms,
+                "max_tokens": max_tokens,
+                "requests_per_client": requests_per_client,
+                "worker_threads": int(threads),
+                "cpus": os.cpu_count(),
+                "models": str(models),
+            }
+        }
         for mode in ("spec", "plain"):
             if mode == "plain":
                 Pipeline.objects.filter(pk=pipeline.pk).update(drafter_kind="none")
@@ -348,8 +413,11 @@ def bench(*, models: Path, ns: list[int], requests_per_client: int, max_tokens: 
                     before["verify"]["batch_size_hist"], after["verify"]["batch_size_hist"]
                 )
                 res["verify_batch_hist"], res["mean_verify_batch"] = hist, _mean_batch(hist)
-                rows = list(Generation.objects.filter(pk__in=res.pop("ids"))
-                            .values_list("prompt_tokens", "params", "output_tokens"))  # fmt: skip
+                rows = list(
+                    Generation.objects.filter(pk__in=res.pop("ids")).values_list(
+                        "prompt_tokens", "params", "output_tokens"
+                    )
+                )
                 inproc = None
                 for t in sorted({int(threads), os.cpu_count() or 1}):  # the better of both
                     torch.set_num_threads(t)
@@ -367,11 +435,15 @@ def bench(*, models: Path, ns: list[int], requests_per_client: int, max_tokens: 
                 res["greedy_identical"] = f"{same}/{len(rows)}"
                 report[f"{mode}_n{n}"] = res
                 log(_line(mode, n, res))
-                log(f"      CPU seconds during the run (wall {res['wall_s']:.2f} s): "
-                    + " ".join(f"{k} {v:.2f}" for k, v in res["cpu_s"].items()))  # fmt: skip
+                log(
+                    f"      CPU seconds during the run (wall {res['wall_s']:.2f} s): "
+                    + " ".join(f"{k} {v:.2f}" for k, v in res["cpu_s"].items())
+                )
                 for r in nodes:
-                    log(f"      {r:6s} loop time by phase (share of wall): "
-                        + " ".join(f"{k} {v:.2f}" for k, v in res[f"{r}_phase_frac"].items()))  # fmt: skip
+                    log(
+                        f"      {r:6s} loop time by phase (share of wall): "
+                        + " ".join(f"{k} {v:.2f}" for k, v in res[f"{r}_phase_frac"].items())
+                    )
         for n in ns:
             s, p = report.get(f"spec_n{n}"), report.get(f"plain_n{n}")
             if s and p:

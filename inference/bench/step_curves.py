@@ -22,7 +22,7 @@ SHAPES = {
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-    ),  # fmt: skip
+    ),
     "smollm2-135m": dict(
         vocab_size=49152,
         hidden_size=576,
@@ -32,7 +32,7 @@ SHAPES = {
         num_key_value_heads=3,
         tie_word_embeddings=True,
         rope_theta=100000.0,
-    ),  # fmt: skip
+    ),
     "smollm2-1.7b": dict(
         vocab_size=49152,
         hidden_size=2048,
@@ -42,7 +42,7 @@ SHAPES = {
         num_key_value_heads=32,
         tie_word_embeddings=True,
         rope_theta=130000.0,
-    ),  # fmt: skip
+    ),
 }
 
 
@@ -62,7 +62,10 @@ def bench_verify(model: Transformer, batch_sizes, ks, prompt_len: int = 128, ite
             params = SamplingParams(temperature=0, max_tokens=10**6, ignore_eos=True)
             prompts = torch.randint(0, V, (B, prompt_len)).tolist()
             eng.add_many([(i, p, params) for i, p in enumerate(prompts)])
-            drafts = [[(i, d, None) for i, d in enumerate(torch.randint(0, V, (B, k)).tolist())] for _ in range(iters + 1)]  # fmt: skip
+            drafts = [
+                [(i, d, None) for i, d in enumerate(torch.randint(0, V, (B, k)).tolist())]
+                for _ in range(iters + 1)
+            ]
             eng.verify(drafts[-1])  # warm-up
             _sync(device)
             t0 = time.perf_counter()
@@ -84,7 +87,7 @@ def main() -> None:
     torch.manual_seed(0)
     with torch.device(a.device):
         model = Transformer(ModelConfig(**SHAPES[a.shape])).to(getattr(torch, a.dtype)).eval()
-    for row in bench_verify(model, map(int, a.batch.split(",")), [int(k) for k in a.k.split(",")]):  # fmt: skip
+    for row in bench_verify(model, map(int, a.batch.split(",")), [int(k) for k in a.k.split(",")]):
         print(json.dumps({"shape": a.shape, "device": a.device, "dtype": a.dtype} | row))
 
 

@@ -64,11 +64,26 @@ class SpecCounters:
     @property
     def acceptance_rate_per_pos(self) -> list[float]:
         acc = self.num_accepted_tokens_per_pos
-        return [(acc[i] if i < len(acc) else 0) / d if d else 0.0 for i, d in enumerate(self.num_draft_tokens_per_pos)]  # fmt: skip
+        return [
+            (acc[i] if i < len(acc) else 0) / d if d else 0.0
+            for i, d in enumerate(self.num_draft_tokens_per_pos)
+        ]
 
     def merge(self, other: SpecCounters) -> SpecCounters:
         """Add ``other`` into self (returns self)."""
-        for name in ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_emitted_tokens", "num_draft_steps", "draft_time_s", "num_verify_steps", "verify_time_s", "num_prefills", "num_prefill_tokens", "prefill_time_s"):  # fmt: skip
+        for name in (
+            "num_drafts",
+            "num_draft_tokens",
+            "num_accepted_tokens",
+            "num_emitted_tokens",
+            "num_draft_steps",
+            "draft_time_s",
+            "num_verify_steps",
+            "verify_time_s",
+            "num_prefills",
+            "num_prefill_tokens",
+            "prefill_time_s",
+        ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         _add_at(self.num_accepted_tokens_per_pos, values=other.num_accepted_tokens_per_pos)
         _add_at(self.num_draft_tokens_per_pos, values=other.num_draft_tokens_per_pos)

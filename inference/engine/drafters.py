@@ -72,7 +72,15 @@ class ModelDrafter:
     Draft tokens are sampled with the request's own temperature/top-k/top-p (greedy requests
     draft greedily and send no probabilities)."""
 
-    def __init__(self, model: Transformer, *, n_slots: int = 8, max_len: int | None = None, static: bool | None = None, graphs: bool | None = None):  # fmt: skip
+    def __init__(
+        self,
+        model: Transformer,
+        *,
+        n_slots: int = 8,
+        max_len: int | None = None,
+        static: bool | None = None,
+        graphs: bool | None = None,
+    ):
         self.model = model.fuse_weights_()
         self.cache = KVCache.for_model(model, n_slots, max_len)
         self.device = self.cache.k[0].device
@@ -98,7 +106,11 @@ class ModelDrafter:
             gen = make_generator(derive_seed(params.seed, 1), self.device)
             self.seqs[sid] = _Seq(self.cache.allocate(), list(ids), params, gen)
         # a context longer than the draft cache is not drafted for (k=0: plain decoding)
-        pre = [(self.seqs[sid].slot, ids[:-1]) for sid, ids, _ in items if 1 < len(ids) <= self.cache.max_len]  # fmt: skip
+        pre = [
+            (self.seqs[sid].slot, ids[:-1])
+            for sid, ids, _ in items
+            if 1 < len(ids) <= self.cache.max_len
+        ]
         if pre:
             x, n = right_pad([p for _, p in pre], self.device)
             self.model.hidden(x, self.cache, [s for s, _ in pre], n)

@@ -68,8 +68,20 @@ class DraftEngine:
         self.seq_counters: dict[SeqId, SpecCounters] = {}
 
     @classmethod
-    def from_model(cls, model: Transformer, tokenizer: Tokenizer | None = None, *, n_slots: int = 8, max_len: int | None = None, static: bool | None = None, graphs: bool | None = None) -> DraftEngine:  # fmt: skip
-        return cls(ModelDrafter(model, n_slots=n_slots, max_len=max_len, static=static, graphs=graphs), tokenizer)  # fmt: skip
+    def from_model(
+        cls,
+        model: Transformer,
+        tokenizer: Tokenizer | None = None,
+        *,
+        n_slots: int = 8,
+        max_len: int | None = None,
+        static: bool | None = None,
+        graphs: bool | None = None,
+    ) -> DraftEngine:
+        return cls(
+            ModelDrafter(model, n_slots=n_slots, max_len=max_len, static=static, graphs=graphs),
+            tokenizer,
+        )
 
     @classmethod
     def ngram(cls, min_n: int = 1, max_n: int = 4) -> DraftEngine:
@@ -77,7 +89,11 @@ class DraftEngine:
 
     def info(self) -> dict[str, Any]:
         kind = "model" if isinstance(self.drafter, ModelDrafter) else "ngram"
-        return {"kind": kind, "vocab_size": self.drafter.vocab_size, "tokenizer_hash": self.tokenizer_hash}  # fmt: skip
+        return {
+            "kind": kind,
+            "vocab_size": self.drafter.vocab_size,
+            "tokenizer_hash": self.tokenizer_hash,
+        }
 
     @property
     def n_free(self) -> int | None:
@@ -85,7 +101,9 @@ class DraftEngine:
         d = self.drafter
         return d.cache.n_free if isinstance(d, ModelDrafter) else None
 
-    def add(self, seq_id: SeqId, token_ids: list[int], params: SamplingParams | None = None) -> None:  # fmt: skip
+    def add(
+        self, seq_id: SeqId, token_ids: list[int], params: SamplingParams | None = None
+    ) -> None:
         """Start drafting for a sequence whose context (prompt + emitted tokens) is token_ids.
         ``params`` (temperature/top-k/top-p/seed) shape the draft distribution; None = greedy."""
         self.add_many([(seq_id, token_ids, params)])
@@ -94,7 +112,7 @@ class DraftEngine:
         """``add`` for many sequences, prefilled in one batched forward."""
         t0 = time.perf_counter()
         self.drafter.add_many([(sid, list(ids), p) for sid, ids, p in items])
-        self.counters.record_prefill(time.perf_counter() - t0, sum(len(ids) for _, ids, _ in items))  # fmt: skip
+        self.counters.record_prefill(time.perf_counter() - t0, sum(len(ids) for _, ids, _ in items))
         for sid, _, _ in items:
             self.seq_counters[sid] = SpecCounters()
 
@@ -190,7 +208,9 @@ class VerifyEngine:
             if not prompt:
                 raise ValueError("empty prompt: pass at least one token (e.g. BOS)")
             if len(prompt) >= self.cache.max_len:
-                raise PromptTooLong(f"prompt of {len(prompt)} tokens does not fit max_len {self.cache.max_len} (one position is kept for generation)")  # fmt: skip
+                raise PromptTooLong(
+                    f"prompt of {len(prompt)} tokens does not fit max_len {self.cache.max_len} (one position is kept for generation)"
+                )
             if max(prompt) >= self.vocab_size or min(prompt) < 0:
                 raise ValueError("prompt token id out of the vocabulary")
             if params.stop and self.tokenizer is None:
@@ -241,12 +261,18 @@ class VerifyEngine:
         for sid, dtoks, dprobs in items:
             s = self.seqs[sid]
             if s.result is not None:
-                out[sid] = VerifyResult(sid, [], finished=True, finish_reason=s.result.finish_reason)  # fmt: skip
+                out[sid] = VerifyResult(
+                    sid, [], finished=True, finish_reason=s.result.finish_reason
+                )
                 continue
             room = self.cache.max_len - self.cache.length(s.slot) - 1
             k = max(0, min(len(dtoks), room, s.params.max_tokens - len(s.generated) - 1))
-            if dprobs is not None and (dprobs.dim() != 2 or dprobs.shape[-1] != V or len(dprobs) < k):  # fmt: skip
-                raise IncompatibleDrafter(f"draft probabilities of shape {tuple(dprobs.shape)} for vocab {V}")  # fmt: skip
+            if dprobs is not None and (
+                dprobs.dim() != 2 or dprobs.shape[-1] != V or len(dprobs) < k
+            ):
+                raise IncompatibleDrafter(
+                    f"draft probabilities of shape {tuple(dprobs.shape)} for vocab {V}"
+                )
             if any(not 0 <= t < V for t in dtoks[:k]):
                 raise IncompatibleDrafter(f"draft token id out of target vocab {V}")
             rows.append((sid, s, list(dtoks[:k]), None if dprobs is None else dprobs[:k]))
@@ -278,7 +304,9 @@ class VerifyEngine:
             s.counters.record_verify_step(dt, B)
             out[sid] = self._emit(sid, s, d[: n_acc[i]] + [nxt[i]], n_acc[i], len(d))
 
-    def _rejection(self, logits: Tensor, rows, params, x: Tensor, n_draft: Tensor) -> tuple[list[int], list[int]]:  # fmt: skip
+    def _rejection(
+        self, logits: Tensor, rows, params, x: Tensor, n_draft: Tensor
+    ) -> tuple[list[int], list[int]]:
         B, dev, V = len(rows), self.device, self.vocab_size
         K = logits.shape[1] - 1
         p = logits_to_probs(logits, params)
@@ -300,7 +328,9 @@ class VerifyEngine:
         return n_acc.tolist(), nxt.tolist()
 
     # -- stop conditions -------------------------------------------------------------------
-    def _emit(self, sid: SeqId, s: _Seq, tokens: list[int], n_acc: int, n_draft: int) -> VerifyResult:  # fmt: skip
+    def _emit(
+        self, sid: SeqId, s: _Seq, tokens: list[int], n_acc: int, n_draft: int
+    ) -> VerifyResult:
         r = VerifyResult(sid, [], n_accepted=n_acc, n_drafted=n_draft)
         for t in tokens:
             r.tokens.append(t)

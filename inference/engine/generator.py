@@ -73,13 +73,15 @@ class SpeculativeGenerator:
         while queue or active:
             admit = [queue.popleft() for _ in range(min(len(queue), self._capacity()))]
             if admit:
-                res = self.verify.add_many([(o.seq_id, o.prompt_ids, by_id[o.seq_id][1]) for o in admit])  # fmt: skip
+                res = self.verify.add_many(
+                    [(o.seq_id, o.prompt_ids, by_id[o.seq_id][1]) for o in admit]
+                )
                 started = []
                 for o, r in zip(admit, map(self._roundtrip, res), strict=True):
                     self._apply(o, r)
                     if not r.finished:
                         active.add(o.seq_id)
-                        started.append((o.seq_id, o.prompt_ids + o.token_ids, by_id[o.seq_id][1]))  # fmt: skip
+                        started.append((o.seq_id, o.prompt_ids + o.token_ids, by_id[o.seq_id][1]))
                 if self.draft is not None and started:
                     self.draft.add_many(started)
             if not active:

@@ -23,11 +23,16 @@ from .model import Transformer
 from .tokenizer import Tokenizer
 
 _LAYER_NAMES = {
-    "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
-    "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
-}  # fmt: skip
+}
 _TOP_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 _TOKEN_TYPE_CONTROL, _TOKEN_TYPE_USER = 3, 4
 
@@ -38,7 +43,11 @@ def _fields(reader) -> dict[str, Any]:
 
 def _unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
     """Inverse of llama.cpp's ``permute`` of q/k rows."""
-    return w.reshape(n_head, w.shape[0] // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)  # fmt: skip
+    return (
+        w.reshape(n_head, w.shape[0] // n_head // 2, 2, *w.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(w.shape)
+    )
 
 
 def gguf_config(meta: dict[str, Any], has_output: bool) -> ModelConfig:
@@ -82,7 +91,9 @@ def gguf_tokenizer(meta: dict[str, Any]) -> Tokenizer:
     tk.pre_tokenizer = pre_tokenizers.Sequence(pre)
     tk.decoder = decoders.ByteLevel()
     types = meta.get("tokenizer.ggml.token_type") or []
-    special = [tokens[i] for i, t in enumerate(types) if t in (_TOKEN_TYPE_CONTROL, _TOKEN_TYPE_USER)]  # fmt: skip
+    special = [
+        tokens[i] for i, t in enumerate(types) if t in (_TOKEN_TYPE_CONTROL, _TOKEN_TYPE_USER)
+    ]
     tk.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in special])
     tok = lambda key: tokens[meta[key]] if key in meta else None  # noqa: E731
     return Tokenizer(
@@ -129,7 +140,9 @@ def load_gguf(
     return build_model(config, sd, device, dtype), tok
 
 
-def convert_gguf(gguf_path: str | Path, out_dir: str | Path, dtype: torch.dtype = torch.float32) -> Path:  # fmt: skip
+def convert_gguf(
+    gguf_path: str | Path, out_dir: str | Path, dtype: torch.dtype = torch.float32
+) -> Path:
     """Write a HF-format directory (config.json, model.safetensors, tokenizer.json)."""
     config, sd, tok = read_gguf(gguf_path)
     out = Path(out_dir)
@@ -138,6 +151,10 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path, dtype: torch.dtype 
     (out / "config.json").write_text(json.dumps(cfg, indent=2))
     if config.tie_word_embeddings:
         sd.pop("lm_head.weight", None)
-    save_file({k: v.to(dtype).contiguous() for k, v in sd.items()}, str(out / "model.safetensors"), metadata={"format": "pt"})  # fmt: skip
+    save_file(
+        {k: v.to(dtype).contiguous() for k, v in sd.items()},
+        str(out / "model.safetensors"),
+        metadata={"format": "pt"},
+    )
     tok.save(out)
     return out

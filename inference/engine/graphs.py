@@ -35,7 +35,13 @@ def next_bucket(n: int, buckets: tuple[int, ...] = BUCKETS) -> int | None:
 
 class _Graph:
     def __init__(self, graph, tokens: Tensor, start: Tensor, n_valid: Tensor, out: Tensor):
-        self.graph, self.tokens, self.start, self.n_valid, self.out = graph, tokens, start, n_valid, out  # fmt: skip
+        self.graph, self.tokens, self.start, self.n_valid, self.out = (
+            graph,
+            tokens,
+            start,
+            n_valid,
+            out,
+        )
 
 
 class StaticRunner:
@@ -104,7 +110,7 @@ class StaticRunner:
             out = g.out
         else:
             dev = self.device
-            out = self.model.static_logits(tok.to(dev), self.cache, st.to(dev), nv.to(dev), key[2])  # fmt: skip
+            out = self.model.static_logits(tok.to(dev), self.cache, st.to(dev), nv.to(dev), key[2])
         self.cache.advance(slots, n_valid)
         rows = idx.to(self.device)
         return out[rows] if slots != list(range(len(slots))) else out[: len(slots)].clone()
@@ -134,7 +140,7 @@ class StaticRunner:
                 torch.zeros(B, dtype=torch.long, device=dev),
                 torch.zeros(B, dtype=torch.long, device=dev),
                 torch.empty(B, T, c.vocab_size, dtype=w.dtype, device=dev),
-            )  # fmt: skip
+            )
         return bufs
 
     def _capture(self, key: tuple[int, int, int]) -> _Graph:

@@ -52,9 +52,14 @@ class KVCache:
         c, p = model.config, next(model.parameters())
         max_len = max_len or min(c.max_position_embeddings, DEFAULT_MAX_LEN)
         return cls(
-            c.num_hidden_layers, n_slots, max_len, c.num_key_value_heads, c.head_dim,
-            device=p.device, dtype=p.dtype,
-        )  # fmt: skip
+            c.num_hidden_layers,
+            n_slots,
+            max_len,
+            c.num_key_value_heads,
+            c.head_dim,
+            device=p.device,
+            dtype=p.dtype,
+        )
 
     @property
     def scratch(self) -> int:

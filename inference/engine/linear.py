@@ -53,7 +53,13 @@ def adjacent(tensors: list[Tensor]) -> bool:
     """True when the tensors are contiguous, back to back in one storage (in this order):
     then their concatenation along dim 0 is a view, not a copy."""
     t0 = tensors[0]
-    if not all(t.is_contiguous() and t.dtype == t0.dtype and t.device == t0.device and t.shape[1:] == t0.shape[1:] for t in tensors):  # fmt: skip
+    if not all(
+        t.is_contiguous()
+        and t.dtype == t0.dtype
+        and t.device == t0.device
+        and t.shape[1:] == t0.shape[1:]
+        for t in tensors
+    ):
         return False
     if t0.device.type == "meta":
         return False
@@ -95,14 +101,20 @@ class FusedLinear:
         key = tuple(stamp(w) for m in self.layers for w in (m.weight, m.bias) if w is not None)
         if key != self._key:
             self._build(key)
-        if x.device.type == "cpu" and x.dtype == self.weight.dtype and not torch.is_autocast_enabled("cpu"):  # fmt: skip
+        if (
+            x.device.type == "cpu"
+            and x.dtype == self.weight.dtype
+            and not torch.is_autocast_enabled("cpu")
+        ):
             one_row = x.numel() == x.shape[-1]
             if self.packable and (not one_row or self.weight.numel() >= PACK_MIN_NUMEL_ONE_ROW):
                 if self._packed is None:
                     self._packed = _pack(self.weight)
                     self.packable = self._packed is not None
                 if self._packed is not None:
-                    return torch.ops.mkldnn._linear_pointwise(x, self._packed, self.bias, "none", [], "")  # fmt: skip
+                    return torch.ops.mkldnn._linear_pointwise(
+                        x, self._packed, self.bias, "none", [], ""
+                    )
             if one_row and self.weight.dtype == torch.float32:
                 if self._wt is None:
                     self._wt = self.weight.t().contiguous()
@@ -140,10 +152,12 @@ class FusedLinear:
             elif all(b is not None for b in biases):
                 self.bias = joined(biases)
             else:
-                self.bias = torch.cat([
-                    b if b is not None else m.weight.new_zeros(m.out_features)
-                    for m, b in zip(self.layers, biases, strict=True)
-                ]).detach()  # fmt: skip
+                self.bias = torch.cat(
+                    [
+                        b if b is not None else m.weight.new_zeros(m.out_features)
+                        for m, b in zip(self.layers, biases, strict=True)
+                    ]
+                ).detach()
         self.packable = self.weight.numel() >= PACK_MIN_NUMEL
         self._wt = self._packed = None  # built on first use: most models need one of the two
         self._key = key

@@ -77,8 +77,11 @@ class Attention(nn.Module):
     def __init__(self, c: ModelConfig, layer: int) -> None:
         super().__init__()
         self.layer, self.n_heads, self.n_kv, self.head_dim = (
-            layer, c.num_attention_heads, c.num_key_value_heads, c.head_dim
-        )  # fmt: skip
+            layer,
+            c.num_attention_heads,
+            c.num_key_value_heads,
+            c.head_dim,
+        )
         self.q_proj = nn.Linear(c.hidden_size, self.n_heads * self.head_dim, bias=c.qkv_bias)
         self.k_proj = nn.Linear(c.hidden_size, self.n_kv * self.head_dim, bias=c.qkv_bias)
         self.v_proj = nn.Linear(c.hidden_size, self.n_kv * self.head_dim, bias=c.qkv_bias)
@@ -195,7 +198,11 @@ class _Step:
             self.causal = True
         else:
             keys = torch.arange(self.n_keys, device=dev)
-            pos = self.positions if self.positions is not None else torch.arange(start[0], start[0] + T, device=dev)[None]  # fmt: skip
+            pos = (
+                self.positions
+                if self.positions is not None
+                else torch.arange(start[0], start[0] + T, device=dev)[None]
+            )
             self.mask = (keys[None, None, :] <= pos[:, :, None])[:, None]
             if self.spread is not None:  # the range's other rows attend to everything
                 full = torch.ones(self.span, *self.mask.shape[1:], dtype=torch.bool, device=dev)
@@ -225,7 +232,9 @@ class _Step:
         if self.rows is not None:
             return kc[self.rows, : self.n_keys], vc[self.rows, : self.n_keys]
         n = k.shape[0] if self.spread is None else self.span
-        return kc[self.first : self.first + n, : self.n_keys], vc[self.first : self.first + n, : self.n_keys]  # fmt: skip
+        return kc[self.first : self.first + n, : self.n_keys], vc[
+            self.first : self.first + n, : self.n_keys
+        ]
 
 
 class _StaticStep:
@@ -305,14 +314,19 @@ class Transformer(nn.Module):
         key = (dtype, self.inv_freq.device, stamp(self.inv_freq))
         cached = getattr(self, "_rope", None)
         if cached is None or cached[0] != key or cached[1].shape[0] < n:
-            self._rope = cached = (key, *self._build_rope(max(n, self.config.max_position_embeddings), dtype))  # fmt: skip
+            self._rope = cached = (
+                key,
+                *self._build_rope(max(n, self.config.max_position_embeddings), dtype),
+            )
         return cached[1], cached[2]
 
     # normal tensors even when first asked for under inference_mode: training reuses them
     @torch.inference_mode(False)
     @torch.no_grad()
     def _build_rope(self, n: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-        freqs = torch.arange(n, device=self.inv_freq.device).float()[:, None] * self.inv_freq.float()  # fmt: skip
+        freqs = (
+            torch.arange(n, device=self.inv_freq.device).float()[:, None] * self.inv_freq.float()
+        )
         emb = torch.cat((freqs, freqs), dim=-1)
         half = freqs.shape[-1]
         cos, sin = emb.cos().to(dtype), emb.sin().to(dtype)

@@ -67,14 +67,18 @@ class PairPreset:
     # target training: steps x batch_size x seq_len tokens
     seq_len: int = 256
     batch_size: int = 16
-    target_optim: OptimConfig = field(default_factory=lambda: OptimConfig(steps=180, lr=2e-3, warmup=15))  # fmt: skip
+    target_optim: OptimConfig = field(
+        default_factory=lambda: OptimConfig(steps=180, lr=2e-3, warmup=15)
+    )
     # draft distillation
     draft_seq_len: int = 256
     draft_real_batch: int = 4  # windows of real text per step (teacher labels on the fly)
     draft_gen_batch: int = 12  # target-generated sequences per step (from a fixed pool)
     gen_pool: int = 256  # target greedy continuations generated for distillation
     gen_prompt_len: int = 64
-    draft_optim: OptimConfig = field(default_factory=lambda: OptimConfig(steps=300, lr=3e-3, warmup=15))  # fmt: skip
+    draft_optim: OptimConfig = field(
+        default_factory=lambda: OptimConfig(steps=300, lr=3e-3, warmup=15)
+    )
     hard_weight: float = 0.5
     draft_init_from_target: bool = False  # copy embeddings/head when the widths match
     # held-out evaluation

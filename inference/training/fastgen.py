@@ -29,7 +29,10 @@ def lockstep_greedy(model: Transformer, prompts: Tensor, n_new: int) -> Tensor:
     B, P = prompts.shape
     total = P + n_new
     dtype = model.lm_head.weight.dtype
-    ks = [torch.empty(B, c.num_key_value_heads, total, c.head_dim, dtype=dtype) for _ in model.model.layers]  # fmt: skip
+    ks = [
+        torch.empty(B, c.num_key_value_heads, total, c.head_dim, dtype=dtype)
+        for _ in model.model.layers
+    ]
     vs = [torch.empty_like(k) for k in ks]
     out = torch.empty(B, total, dtype=torch.long)
     out[:, :P] = prompts
@@ -50,9 +53,12 @@ def lockstep_greedy(model: Transformer, prompts: Tensor, n_new: int) -> Tensor:
             ks[i][:, :, start : start + T] = k.transpose(1, 2)
             vs[i][:, :, start : start + T] = v.transpose(1, 2)
             y = F.scaled_dot_product_attention(
-                q.transpose(1, 2), ks[i][:, :, : start + T], vs[i][:, :, : start + T],
-                is_causal=T > 1, enable_gqa=a.n_kv != a.n_heads,
-            )  # fmt: skip
+                q.transpose(1, 2),
+                ks[i][:, :, : start + T],
+                vs[i][:, :, : start + T],
+                is_causal=T > 1,
+                enable_gqa=a.n_kv != a.n_heads,
+            )
             x = x + a.o_proj(y.transpose(1, 2).reshape(B, T, -1))
             x = x + layer.mlp(layer.post_attention_layernorm(x))
         logits = model.lm_head(model.model.norm(x[:, -1]))

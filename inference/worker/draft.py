@@ -53,8 +53,9 @@ class DraftLoop(BaseLoop):
                 logger.exception(
                     "drafter %s: cannot add %s; it decodes without drafts", self.node_id, gid
                 )
-                self.send(p["verifier"], "drafts",
-                          {"drafter": self.node_id, "drafts": [], "plain": [gid]})  # fmt: skip
+                self.send(
+                    p["verifier"], "drafts", {"drafter": self.node_id, "drafts": [], "plain": [gid]}
+                )
                 continue
             self.verifier_of[gid], self.attempt_of[gid] = p["verifier"], attempt
             self.ready.append(gid)

@@ -53,7 +53,9 @@ def cache_shape(model) -> dict:
     from inference.engine.memory import plan_kv
 
     p = next(model.parameters())
-    plan = plan_kv(model.config, p.dtype, p.device, context=context(), max_slots=n_slots(), **kv_budget())  # fmt: skip
+    plan = plan_kv(
+        model.config, p.dtype, p.device, context=context(), max_slots=n_slots(), **kv_budget()
+    )
     return {"n_slots": plan.n_slots, "max_len": plan.max_len}
 
 

@@ -188,8 +188,14 @@ class BaseLoop:
         raise NotImplementedError
 
     def inspect(self) -> dict:
-        return {"node": self.node_id, "role": self.role, "pipeline": self.pipeline_id,
-                **self.slots(), "stats": self.stats.snapshot(), "at": time.time()}  # fmt: skip
+        return {
+            "node": self.node_id,
+            "role": self.role,
+            "pipeline": self.pipeline_id,
+            **self.slots(),
+            "stats": self.stats.snapshot(),
+            "at": time.time(),
+        }
 
     def _write_inspect(self) -> None:
         from inference.selectors import inspect_key

@@ -29,7 +29,7 @@ def node_children(settings) -> list[ChildSpec]:
                 name,
                 "--loglevel",
                 "WARNING",
-            ],  # fmt: skip
+            ],
             env={"OMP_NUM_THREADS": "1"} | _unset(PIPELINES[name].worker_env),
             stop_timeout_s=10.0,
             node=node_name(name, role),  # lost at once if this worker dies (fleet/launcher.py)

@@ -94,8 +94,13 @@ def _demo_prepare(models: Path, log) -> None:
     """Trains in a child process at a lower priority, so that the pipelines that are ready
     (and the web) keep the CPU; it reports its progress to `warmup` itself."""
     log("demo pair missing: training it once (a few minutes on a CPU), in the background...")
-    argv = [sys.executable, str(settings.BASE_DIR / "manage.py"), "train_demo_pair",
-            "--report-to", "demo"]  # fmt: skip
+    argv = [
+        sys.executable,
+        str(settings.BASE_DIR / "manage.py"),
+        "train_demo_pair",
+        "--report-to",
+        "demo",
+    ]
     subprocess.run(argv, check=True, preexec_fn=lambda: os.nice(10))
 
 
@@ -147,9 +152,17 @@ def _profile():
     if profile is None:
         profile, _ = HardwareProfile.objects.get_or_create(
             slug="local-cpu",
-            defaults=dict(kind="cpu", vendor="Local", model="CPU", memory_gb=16,
-                          memory_bandwidth_gbs=50, peak_bf16_tflops=1, tdp_w=65, idle_w=10),
-        )  # fmt: skip
+            defaults=dict(
+                kind="cpu",
+                vendor="Local",
+                model="CPU",
+                memory_gb=16,
+                memory_bandwidth_gbs=50,
+                peak_bf16_tflops=1,
+                tdp_w=65,
+                idle_w=10,
+            ),
+        )
     return profile
 
 
@@ -165,9 +178,13 @@ def _ensure_rows(spec: LocalPipeline, role: str) -> tuple[int, str]:
     with transaction.atomic():
         pipeline, _ = Pipeline.objects.get_or_create(
             name=spec.name,
-            defaults=dict(target_model=spec.target_model, draft_model=spec.draft_model,
-                          drafter_kind=spec.drafter_kind, description=spec.description),
-        )  # fmt: skip
+            defaults=dict(
+                target_model=spec.target_model,
+                draft_model=spec.draft_model,
+                drafter_kind=spec.drafter_kind,
+                description=spec.description,
+            ),
+        )
         name = node_name(spec.name, role)
         node = Node.objects.filter(name=name).first()
         if node is None:
@@ -189,7 +206,9 @@ def ensure_local(*, name: str, role: str, log=print) -> tuple[int, str]:
     """The node of `role` in local pipeline `name` (rows, then models): (node id, token)."""
     spec = PIPELINES.get(name)
     if spec is None:
-        raise ImproperlyConfigured(f"no local pipeline {name!r} (choose from {', '.join(PIPELINES)})")  # fmt: skip
+        raise ImproperlyConfigured(
+            f"no local pipeline {name!r} (choose from {', '.join(PIPELINES)})"
+        )
     models = Path(settings.DATA_DIR) / "models"
     models.mkdir(parents=True, exist_ok=True)
     target = models / spec.target_model

@@ -48,8 +48,12 @@ def itl_summary(values: list[float]) -> dict:
     if not values:
         return {}
     s = sorted(values)
-    return {"p50": s[len(s) // 2], "p99": s[min(len(s) - 1, int(len(s) * 0.99))],
-            "mean": statistics.fmean(s), "n": len(s)}  # fmt: skip
+    return {
+        "p50": s[len(s) // 2],
+        "p99": s[min(len(s) - 1, int(len(s) * 0.99))],
+        "mean": statistics.fmean(s),
+        "n": len(s),
+    }
 
 
 class VerifyLoop(BaseLoop):
@@ -154,8 +158,11 @@ class VerifyLoop(BaseLoop):
         now = time.monotonic()
         first = min((self.pending[g][2] for g in ready if g in self.pending), default=now)
         deadline = first + wait_s
-        out = [self.sent_at[g] for g, q in self.seqs.items()
-               if q.drafter is not None and g not in self.pending and g in self.sent_at]  # fmt: skip
+        out = [
+            self.sent_at[g]
+            for g, q in self.seqs.items()
+            if q.drafter is not None and g not in self.pending and g in self.sent_at
+        ]
         if not out:
             return 0.0
         eta = deadline if self.turnaround is None else min(out) + 1.2 * self.turnaround
@@ -217,8 +224,15 @@ class VerifyLoop(BaseLoop):
             prev_tokens, sent = self._resume_state(p) if p["attempt"] > 1 else ([], "")
             params = sampling_params(p["params"], already=len(prev_tokens))
             detok = Detokenizer(self.tokenizer, stop=params.stop, prefix_ids=prev_tokens, sent=sent)
-            seq = VSeq(p["gen"], p["attempt"], p.get("drafter"), len(p["prompt_tokens"]),
-                       len(prev_tokens), detok, tokens=list(prev_tokens))  # fmt: skip
+            seq = VSeq(
+                p["gen"],
+                p["attempt"],
+                p.get("drafter"),
+                len(p["prompt_tokens"]),
+                len(prev_tokens),
+                detok,
+                tokens=list(prev_tokens),
+            )
             items.append((p["gen"], list(p["prompt_tokens"]) + prev_tokens, params))
             infos.append((seq, p))
         if not items:
@@ -340,8 +354,14 @@ class VerifyLoop(BaseLoop):
                     text += seq.detok.finish()
                 events.append((seq.gen, streams.tokens_event(r.tokens, text, len(seq.tokens))))
             if r.finished:
-                events.append((seq.gen, streams.done_event(
-                    r.finish_reason or "stop", seq.prompt_len, len(seq.tokens))))  # fmt: skip
+                events.append(
+                    (
+                        seq.gen,
+                        streams.done_event(
+                            r.finish_reason or "stop", seq.prompt_len, len(seq.tokens)
+                        ),
+                    )
+                )
                 self._finish(seq, r.finish_reason or "stop")
             if seq.drafter is None:
                 continue
@@ -350,9 +370,13 @@ class VerifyLoop(BaseLoop):
             if drafter_starts is not None and not r.finished:
                 ctx = items[i][1] + r.tokens
                 drafter_starts[seq.drafter].append(
-                    {"gen": seq.gen, "attempt": seq.attempt, "ctx": ctx,
-                     "params": items[i][2].to_json()}
-                )  # fmt: skip
+                    {
+                        "gen": seq.gen,
+                        "attempt": seq.attempt,
+                        "ctx": ctx,
+                        "params": items[i][2].to_json(),
+                    }
+                )
             if by_drafter is not None:
                 by_drafter[seq.drafter].append(r.to_json())
         self.stats.record_latencies(itl_s=itl)
@@ -381,9 +405,17 @@ class VerifyLoop(BaseLoop):
         self.tombstones.add(seq.gen, seq.attempt)
         self.stats.errors += 1
         streams.publish(seq.gen, streams.error_event(error))
-        self.later(services.generation_finish, generation_id=seq.gen, attempt=seq.attempt,
-                   finish_reason="error", output_tokens=list(seq.tokens),
-                   output_text=seq.detok.text, counters={}, itl_ms={}, error=error)  # fmt: skip
+        self.later(
+            services.generation_finish,
+            generation_id=seq.gen,
+            attempt=seq.attempt,
+            finish_reason="error",
+            output_tokens=list(seq.tokens),
+            output_text=seq.detok.text,
+            counters={},
+            itl_ms={},
+            error=error,
+        )
         if seq.drafter is not None:
             self.send(seq.drafter, "cancel", {"gen": seq.gen})
 
@@ -394,5 +426,8 @@ class VerifyLoop(BaseLoop):
 
     def slots(self) -> dict:
         cache = self.engine.cache
-        return {"n_slots": cache.n_slots, "slots_used": cache.n_slots - cache.n_free,
-                "seqs": sorted(self.seqs)}  # fmt: skip
+        return {
+            "n_slots": cache.n_slots,
+            "slots_used": cache.n_slots - cache.n_free,
+            "seqs": sorted(self.seqs),
+        }

@@ -63,10 +63,16 @@ def place_pair(pipeline, prefix: str = "api") -> tuple[Node, Node]:
     profile, _ = HardwareProfile.objects.get_or_create(
         slug="api-test-cpu",
         defaults=dict(
-            kind="cpu", vendor="test", model="cpu", memory_gb=1, memory_bandwidth_gbs=1,
-            peak_bf16_tflops=1, tdp_w=10, idle_w=1,
+            kind="cpu",
+            vendor="test",
+            model="cpu",
+            memory_gb=1,
+            memory_bandwidth_gbs=1,
+            peak_bf16_tflops=1,
+            tdp_w=10,
+            idle_w=1,
         ),
-    )  # fmt: skip
+    )
     nodes = []
     for role in (PlacementRole.DRAFT, PlacementRole.VERIFY):
         node = Node.objects.create(
@@ -175,8 +181,12 @@ def daphne_url(transactional_db, tmp_path):
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
             [*argv, "fleet.asgi:application"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     url = DaphneURL(f"http://127.0.0.1:{port}")
     url.log_path = log_path
     try:

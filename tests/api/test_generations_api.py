@@ -48,9 +48,14 @@ def test_text_with_nul_bytes_is_stored_on_every_database(serving, operator):
     assert generation.prompt == "a\ufffdb" and generation.prompt_tokens == [97, 0, 98]
     Generation.objects.filter(pk=generation.pk).update(state=GenerationState.RUNNING)
     assert generation_finish(
-        generation_id=generation.pk, attempt=generation.attempts, finish_reason="length",
-        output_tokens=[0], output_text="\x00", counters={}, itl_ms={},
-    )  # fmt: skip
+        generation_id=generation.pk,
+        attempt=generation.attempts,
+        finish_reason="length",
+        output_tokens=[0],
+        output_text="\x00",
+        counters={},
+        itl_ms={},
+    )
     generation.refresh_from_db()
     assert generation.output_text == "\ufffd" and generation.output_tokens == [0]
 
@@ -118,8 +123,13 @@ def test_detail_shows_output_so_far_from_the_stream(serving, as_persona):
     assert data["output_text"] == "Hello,"
     assert data["output_token_count"] == 6
     assert set(data["timings"]) == {
-        "queue_ms", "ttft_ms", "itl_p50_ms", "itl_p99_ms", "itl_mean_ms", "total_ms"
-    }  # fmt: skip
+        "queue_ms",
+        "ttft_ms",
+        "itl_p50_ms",
+        "itl_p99_ms",
+        "itl_mean_ms",
+        "total_ms",
+    }
 
 
 def test_list_filters_and_paginates(serving, as_persona, django_assert_max_num_queries):

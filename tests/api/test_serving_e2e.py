@@ -48,9 +48,13 @@ def test_openai_client_through_real_workers(daphne_url, tmp_path, operator, sett
     settings.HEARTBEAT_PERIOD_S = 1
     target, draft = write_pair(tmp_path)
     pipeline, nodes = make_pipeline(
-        "e2e", target, draft, max_verify_batch=8, max_batch_wait_ms=10,
+        "e2e",
+        target,
+        draft,
+        max_verify_batch=8,
+        max_batch_wait_ms=10,
         k_policy={"mode": "fixed", "k": 4},
-    )  # fmt: skip
+    )
     key = api_key_create(user=operator, name="e2e")[1]
     client = openai.OpenAI(base_url=f"{daphne_url}/v1", api_key=key, max_retries=0, timeout=60)
     prompts = ["def main(", "import os\n", "class A:", "for i in "]
@@ -129,9 +133,12 @@ def _exercise(client, pipeline, prompts, target, draft, workers):
         )
         assert at is not None, f"no usable stop sequence in {full!r}"
         cut = client.completions.create(
-            model="e2e", prompt=prompts[0], max_tokens=MAX_TOKENS, temperature=0,
+            model="e2e",
+            prompt=prompts[0],
+            max_tokens=MAX_TOKENS,
+            temperature=0,
             stop=[full[at : at + 2]],
-        )  # fmt: skip
+        )
         assert cut.choices[0].text == full[:at]
         assert cut.choices[0].finish_reason == "stop"
 

@@ -34,10 +34,15 @@ def models(tmp_path_factory):
     for name, layers, seed in (("demo-target", 2, 0), ("demo-draft", 1, 0)):
         torch.manual_seed(seed)
         cfg = ModelConfig(
-            vocab_size=bt.VOCAB_SIZE, hidden_size=32, intermediate_size=64,
-            num_hidden_layers=layers, num_attention_heads=2, max_position_embeddings=256,
-            bos_token_id=bt.BOS_ID, eos_token_id=bt.EOS_ID,
-        )  # fmt: skip
+            vocab_size=bt.VOCAB_SIZE,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=layers,
+            num_attention_heads=2,
+            max_position_embeddings=256,
+            bos_token_id=bt.BOS_ID,
+            eos_token_id=bt.EOS_ID,
+        )
         save_checkpoint(Transformer(cfg), tok, out / name)
     return out
 

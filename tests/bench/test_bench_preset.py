@@ -24,7 +24,16 @@ KEYS = {
 
 def test_tiny_preset_json_without_a_demo_pair(tmp_path, capsys):
     path = tmp_path / "b.json"
-    call_command("bench_engine", "--preset", "tiny", "--quick", "--models", str(tmp_path / "none"), "--json", str(path))  # fmt: skip
+    call_command(
+        "bench_engine",
+        "--preset",
+        "tiny",
+        "--quick",
+        "--models",
+        str(tmp_path / "none"),
+        "--json",
+        str(path),
+    )
     data = json.loads(path.read_text())
     assert KEYS <= data.keys()
     assert data["b1_plain_tok_s"] > 0 and data["b32_plain_tok_s"] > 0

@@ -33,11 +33,25 @@ def test_the_policy_forbids_inline_script_and_foreign_origins(client):
 def test_every_page_has_the_policy_and_no_inline_code(world, admin):  # noqa: F811
     carol = Client()
     carol.force_login(admin)
-    pages = ["/", "/fleet/", f"/pipelines/{world['pipeline'].pk}/", f"/nodes/{world['v'].pk}/live",
-             "/wall/", "/wall/screen/", "/wall/links/", "/nodes/", f"/nodes/{world['v'].pk}/",
-             "/nodes/register", "/pipelines/", "/pipelines/new", "/planner/", "/planner/what-if",
-             f"/planner/pipelines/{world['pipeline'].pk}/", f"/pipelines/{world['pipeline'].pk}/edit",
-             "/api/v1/docs/"]  # fmt: skip
+    pages = [
+        "/",
+        "/fleet/",
+        f"/pipelines/{world['pipeline'].pk}/",
+        f"/nodes/{world['v'].pk}/live",
+        "/wall/",
+        "/wall/screen/",
+        "/wall/links/",
+        "/nodes/",
+        f"/nodes/{world['v'].pk}/",
+        "/nodes/register",
+        "/pipelines/",
+        "/pipelines/new",
+        "/planner/",
+        "/planner/what-if",
+        f"/planner/pipelines/{world['pipeline'].pk}/",
+        f"/pipelines/{world['pipeline'].pk}/edit",
+        "/api/v1/docs/",
+    ]
     for path in pages:
         response = carol.get(path)
         assert response.status_code == 200, path

@@ -19,8 +19,17 @@ def _login(user) -> Client:
 
 
 def _child(name, state, **extra):
-    return {"name": name, "state": state, "pid": None, "restarts": 4, "crashes": 5,
-            "last_exit": "was killed by SIGKILL", "since": time.time(), "node": "", **extra}  # fmt: skip
+    return {
+        "name": name,
+        "state": state,
+        "pid": None,
+        "restarts": 4,
+        "crashes": 5,
+        "last_exit": "was killed by SIGKILL",
+        "since": time.time(),
+        "node": "",
+        **extra,
+    }
 
 
 @pytest.fixture

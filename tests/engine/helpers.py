@@ -13,10 +13,16 @@ from inference.engine.tokenizer import Tokenizer
 
 def tiny_config(vocab_size: int = 64, **kw) -> ModelConfig:
     base = dict(
-        vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-        bos_token_id=None, eos_token_id=None,
-    )  # fmt: skip
+        vocab_size=vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        bos_token_id=None,
+        eos_token_id=None,
+    )
     return ModelConfig(**(base | kw))
 
 

@@ -33,14 +33,20 @@ def test_speculative_on_cuda(dtype):
     t, d = tiny_model(0, std=0.3).to("cuda", dtype), tiny_model(1, std=0.3).to("cuda", dtype)
     greedy = SamplingParams(temperature=0, max_tokens=20)
     ref = generate(VerifyEngine(t, n_slots=6, max_len=64), PROMPTS, greedy)
-    gen = SpeculativeGenerator(VerifyEngine(t, n_slots=6, max_len=64), DraftEngine.from_model(d, n_slots=6, max_len=64), k=3)  # fmt: skip
+    gen = SpeculativeGenerator(
+        VerifyEngine(t, n_slots=6, max_len=64),
+        DraftEngine.from_model(d, n_slots=6, max_len=64),
+        k=3,
+    )
     if dtype == torch.float32:  # bf16: batch shapes may flip near-ties, so only fp32 is exact
         assert [o.token_ids for o in gen.generate(PROMPTS, greedy)] == [r.token_ids for r in ref]
     params = [SamplingParams(temperature=0.8, top_p=0.9, seed=i, max_tokens=16) for i in range(6)]
 
     def make():
         v = VerifyEngine(t, n_slots=6, max_len=64)
-        return SpeculativeGenerator(v, DraftEngine.from_model(t, n_slots=6, max_len=64), k=3, wire=True)  # fmt: skip
+        return SpeculativeGenerator(
+            v, DraftEngine.from_model(t, n_slots=6, max_len=64), k=3, wire=True
+        )
 
     g = make()
     batch = g.generate(PROMPTS, params)
@@ -58,7 +64,9 @@ from inference.engine.graphs import BUCKETS, StaticRunner  # noqa: E402
 def test_graph_replay_equals_eager_for_every_bucket():
     m = tiny_model(0, std=0.3).to("cuda")
     caches = [KVCache.for_model(m, 128, 160) for _ in range(2)]
-    eager, graphed = (StaticRunner(m, c, graphs=g) for c, g in zip(caches, (False, True), strict=True))  # fmt: skip
+    eager, graphed = (
+        StaticRunner(m, c, graphs=g) for c, g in zip(caches, (False, True), strict=True)
+    )
     for c in caches:
         for _ in range(128):
             c.allocate()
@@ -77,7 +85,11 @@ def test_graph_replay_equals_eager_for_every_bucket():
 
 def _spec(t, d, static, graphs, k, prompts, params, n_slots=6):
     v = VerifyEngine(t, n_slots=n_slots, max_len=96, static=static, graphs=graphs)
-    de = DraftEngine.from_model(d, n_slots=n_slots, max_len=96, static=static, graphs=graphs) if d is not None else None  # fmt: skip
+    de = (
+        DraftEngine.from_model(d, n_slots=n_slots, max_len=96, static=static, graphs=graphs)
+        if d is not None
+        else None
+    )
     g = SpeculativeGenerator(v, de, k=k)
     return [o.token_ids for o in g.generate(prompts, params)], v
 
@@ -111,7 +123,10 @@ def test_graphs_seeded_sampling_is_reproducible():
 def test_graphs_batch_shrinks_and_grows_replays_the_right_bucket():
     t, d = tiny_model(0, std=0.3).to("cuda"), tiny_model(1, std=0.3).to("cuda")
     prompts = PROMPTS + PROMPTS[:4]
-    params = [SamplingParams(temperature=0, max_tokens=3 + 6 * (i % 3), ignore_eos=True) for i in range(len(prompts))]  # fmt: skip
+    params = [
+        SamplingParams(temperature=0, max_tokens=3 + 6 * (i % 3), ignore_eos=True)
+        for i in range(len(prompts))
+    ]
     ref, _ = _spec(t, d, False, False, 2, prompts, params, n_slots=5)
     out, v = _spec(t, d, True, True, 2, prompts, params, n_slots=5)
     assert out == ref
@@ -122,7 +137,14 @@ def test_one_copy_of_every_weight_on_cuda(tmp_path):
     from inference.engine.checkpoints import load_checkpoint, save_checkpoint
     from inference.engine.memory import weights_memory
 
-    src = tiny_model(0, vocab_size=1024, hidden_size=256, intermediate_size=1024, num_attention_heads=8, num_key_value_heads=2)  # fmt: skip
+    src = tiny_model(
+        0,
+        vocab_size=1024,
+        hidden_size=256,
+        intermediate_size=1024,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+    )
     save_checkpoint(src, None, tmp_path)
     torch.cuda.synchronize()
     before = torch.cuda.memory_allocated()

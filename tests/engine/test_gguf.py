@@ -21,7 +21,11 @@ TOKENS += [chr(c) for c in range(65, 91)] + [str(d) for d in range(6)]  # 64 in 
 
 
 def _permute(w: np.ndarray, n_head: int) -> np.ndarray:  # llama.cpp convert_hf_to_gguf.py
-    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)  # fmt: skip
+    return (
+        w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(w.shape)
+    )
 
 
 def _write_gguf(model, path: Path) -> dict[str, torch.Tensor]:
@@ -44,7 +48,17 @@ def _write_gguf(model, path: Path) -> dict[str, torch.Tensor]:
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
     names = {"model.embed_tokens": "token_embd", "model.norm": "output_norm", "lm_head": "output"}
-    layer = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}  # fmt: skip
+    layer = {
+        "input_layernorm": "attn_norm",
+        "post_attention_layernorm": "ffn_norm",
+        "self_attn.q_proj": "attn_q",
+        "self_attn.k_proj": "attn_k",
+        "self_attn.v_proj": "attn_v",
+        "self_attn.o_proj": "attn_output",
+        "mlp.gate_proj": "ffn_gate",
+        "mlp.up_proj": "ffn_up",
+        "mlp.down_proj": "ffn_down",
+    }
     held = {}
     for name, t in model.state_dict().items():
         base, _, suffix = name.rpartition(".")
@@ -56,7 +70,7 @@ def _write_gguf(model, path: Path) -> dict[str, torch.Tensor]:
         a = t.numpy().astype(np.float32)
         if t.dim() == 2:  # Q8_0, like a quantized file; the loader must dequantize it
             q = gguf.quants.quantize(a, gguf.GGMLQuantizationType.Q8_0)
-            held[name] = torch.from_numpy(gguf.quants.dequantize(q, gguf.GGMLQuantizationType.Q8_0))  # fmt: skip
+            held[name] = torch.from_numpy(gguf.quants.dequantize(q, gguf.GGMLQuantizationType.Q8_0))
             if gname.split(".")[2:3] in (["attn_q"], ["attn_k"]):
                 heads = c.num_attention_heads if "attn_q" in gname else c.num_key_value_heads
                 q = gguf.quants.quantize(_permute(a, heads), gguf.GGMLQuantizationType.Q8_0)
@@ -114,10 +128,18 @@ def test_smollm2_gguf_converts_and_matches_transformers(tmp_path):
     out = convert_gguf(path, tmp_path / "smollm2")
     model, tok = load_checkpoint(out)
     assert model.config.tie_word_embeddings and model.config.num_key_value_heads == 3
-    prompt = tok.encode(tok.chat_prompt([{"role": "user", "content": "What is the capital of France?"}]))  # fmt: skip
+    prompt = tok.encode(
+        tok.chat_prompt([{"role": "user", "content": "What is the capital of France?"}])
+    )
     hf_tok = transformers.AutoTokenizer.from_pretrained(out)
-    assert hf_tok.encode(tok.chat_prompt([{"role": "user", "content": "Hi 2024!"}])) == tok.encode(tok.chat_prompt([{"role": "user", "content": "Hi 2024!"}]))  # fmt: skip
-    res = generate(VerifyEngine(model, tok, n_slots=1, max_len=128), [prompt], SamplingParams(temperature=0, max_tokens=24))[0]  # fmt: skip
+    assert hf_tok.encode(tok.chat_prompt([{"role": "user", "content": "Hi 2024!"}])) == tok.encode(
+        tok.chat_prompt([{"role": "user", "content": "Hi 2024!"}])
+    )
+    res = generate(
+        VerifyEngine(model, tok, n_slots=1, max_len=128),
+        [prompt],
+        SamplingParams(temperature=0, max_tokens=24),
+    )[0]
     assert "Paris" in res.text and res.finish_reason == "stop", res.text
     hf = transformers.LlamaForCausalLM.from_pretrained(out, torch_dtype=torch.float32).eval()
     x = torch.tensor([prompt])
@@ -128,10 +150,14 @@ def test_smollm2_gguf_converts_and_matches_transformers(tmp_path):
     from inference.engine.generator import SpeculativeGenerator
 
     src = "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a * b\n"
-    prompt = tok.encode(tok.chat_prompt([{"role": "user", "content": f"Add docstrings:\n```python\n{src}```"}]))  # fmt: skip
+    prompt = tok.encode(
+        tok.chat_prompt([{"role": "user", "content": f"Add docstrings:\n```python\n{src}```"}])
+    )
     params = SamplingParams(temperature=0, max_tokens=96, ignore_eos=True)
     plain = generate(VerifyEngine(model, tok, n_slots=1, max_len=256), [prompt], params)[0]
-    spec = SpeculativeGenerator(VerifyEngine(model, tok, n_slots=1, max_len=256), DraftEngine.ngram(), k=4)  # fmt: skip
+    spec = SpeculativeGenerator(
+        VerifyEngine(model, tok, n_slots=1, max_len=256), DraftEngine.ngram(), k=4
+    )
     assert spec.generate([prompt], params)[0].token_ids == plain.token_ids
     logits = hf(torch.tensor([prompt + plain.token_ids])).logits[0, len(prompt) - 1 : -1]
     top2 = logits.topk(2, -1).values

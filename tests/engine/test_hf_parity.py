@@ -10,22 +10,43 @@ from tests.engine.helpers import tiny_model
 transformers = pytest.importorskip("transformers")
 
 BASE = dict(
-    vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-    rms_norm_eps=1e-6, tie_word_embeddings=False,
-)  # fmt: skip
+    vocab_size=96,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=False,
+)
 LLAMA3 = {
-    "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
     "original_max_position_embeddings": 16,
-}  # fmt: skip
+}
 CASES = {
     "llama": ("LlamaConfig", "LlamaForCausalLM", {}),
-    "llama-tied-theta": ("LlamaConfig", "LlamaForCausalLM", dict(tie_word_embeddings=True, rope_theta=500000.0)),
+    "llama-tied-theta": (
+        "LlamaConfig",
+        "LlamaForCausalLM",
+        dict(tie_word_embeddings=True, rope_theta=500000.0),
+    ),
     "llama-rope-llama3": ("LlamaConfig", "LlamaForCausalLM", dict(rope_scaling=LLAMA3)),
-    "llama-rope-linear": ("LlamaConfig", "LlamaForCausalLM", dict(rope_scaling={"rope_type": "linear", "factor": 4.0})),
-    "llama-bias-mha": ("LlamaConfig", "LlamaForCausalLM", dict(attention_bias=True, num_key_value_heads=4)),
+    "llama-rope-linear": (
+        "LlamaConfig",
+        "LlamaForCausalLM",
+        dict(rope_scaling={"rope_type": "linear", "factor": 4.0}),
+    ),
+    "llama-bias-mha": (
+        "LlamaConfig",
+        "LlamaForCausalLM",
+        dict(attention_bias=True, num_key_value_heads=4),
+    ),
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", dict(tie_word_embeddings=True)),
-}  # fmt: skip
+}
 
 
 def _hf_checkpoint(tmp_path, case):

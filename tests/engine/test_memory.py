@@ -33,7 +33,10 @@ def test_loaded_model_holds_one_copy_of_every_weight(tmp_path, dtype):
     # the fused q/k/v weight is the parameters' own memory
     attn = model.model.layers[0].self_attn
     assert attn.qkv.weight.data_ptr() == attn.q_proj.weight.data_ptr()
-    assert attn.qkv.weight.untyped_storage().data_ptr() == attn.v_proj.weight.untyped_storage().data_ptr()  # fmt: skip
+    assert (
+        attn.qkv.weight.untyped_storage().data_ptr()
+        == attn.v_proj.weight.untyped_storage().data_ptr()
+    )
     ref = _unfused_reference(model, x)
     assert torch.equal(out.argmax(-1), ref.argmax(-1))
     tol = 1e-5 if dtype == torch.float32 else 5e-2
@@ -97,12 +100,16 @@ def test_plan_kv_uses_the_context_not_max_position_embeddings():
     c = tiny_config(max_position_embeddings=131072)
     per_tok = kv_bytes_per_token(c, torch.float32)
     assert per_tok == 2 * 2 * 2 * 8 * 4
-    plan = plan_kv(c, torch.float32, "cpu", context=256, max_slots=64, budget_bytes=per_tok * 256 * 11)  # fmt: skip
+    plan = plan_kv(
+        c, torch.float32, "cpu", context=256, max_slots=64, budget_bytes=per_tok * 256 * 11
+    )
     assert (plan.max_len, plan.n_slots) == (256, 10)  # 10 slots + the scratch slot
     assert plan.cache_bytes <= plan.budget_bytes
     big = plan_kv(c, torch.float32, "cpu", context=256, max_slots=8, budget_bytes=1 << 30)
     assert big.n_slots == 8
-    capped = plan_kv(tiny_config(), torch.float32, "cpu", context=10_000, max_slots=4, budget_bytes=1 << 30)  # fmt: skip
+    capped = plan_kv(
+        tiny_config(), torch.float32, "cpu", context=10_000, max_slots=4, budget_bytes=1 << 30
+    )
     assert capped.max_len == 128  # the model's own limit
 
 

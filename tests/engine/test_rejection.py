@@ -16,10 +16,17 @@ def _run(p, q, k, greedy=False, one_hot=False, seed=0):
     tp = p.expand(N, k + 1, V)
     dp = None if one_hot else q.expand(N, k, V)
     n_acc, nxt = rejection_sample(
-        tp, d, torch.full((N,), k), dp, torch.full((N,), greedy),
-        torch.rand(N, k, generator=g), torch.empty(N, V).exponential_(generator=g),
-    )  # fmt: skip
-    return n_acc, torch.cat([d, torch.zeros(N, 1, dtype=torch.long)], 1).scatter(1, n_acc[:, None], nxt[:, None])  # fmt: skip
+        tp,
+        d,
+        torch.full((N,), k),
+        dp,
+        torch.full((N,), greedy),
+        torch.rand(N, k, generator=g),
+        torch.empty(N, V).exponential_(generator=g),
+    )
+    return n_acc, torch.cat([d, torch.zeros(N, 1, dtype=torch.long)], 1).scatter(
+        1, n_acc[:, None], nxt[:, None]
+    )
 
 
 def _dists(k, seed):
@@ -64,7 +71,9 @@ def test_greedy_rows_exact_match_and_padding():
     d[1, 1] = (d[1, 1] + 1) % V  # row 1 mismatches at position 1
     n_draft = torch.tensor([3, 3, 1])  # row 2: one real draft token, then padding
     d[2, 1:] = 0
-    n_acc, nxt = rejection_sample(p, d, n_draft, None, torch.ones(3, dtype=torch.bool), torch.zeros(3, 3), torch.ones(3, V))  # fmt: skip
+    n_acc, nxt = rejection_sample(
+        p, d, n_draft, None, torch.ones(3, dtype=torch.bool), torch.zeros(3, 3), torch.ones(3, V)
+    )
     assert n_acc.tolist() == [3, 1, 1]
     assert nxt.tolist() == [am[0, 3].item(), am[1, 1].item(), am[2, 1].item()]
 
@@ -73,9 +82,13 @@ def test_empty_drafts_are_plain_sampling():
     p = torch.softmax(torch.randn(V), -1)
     g = torch.Generator().manual_seed(0)
     n_acc, nxt = rejection_sample(
-        p.expand(N, 1, V), torch.zeros(N, 0, dtype=torch.long), torch.zeros(N, dtype=torch.long),
-        None, torch.zeros(N, dtype=torch.bool), torch.zeros(N, 0),
+        p.expand(N, 1, V),
+        torch.zeros(N, 0, dtype=torch.long),
+        torch.zeros(N, dtype=torch.long),
+        None,
+        torch.zeros(N, dtype=torch.bool),
+        torch.zeros(N, 0),
         torch.empty(N, V).exponential_(generator=g),
-    )  # fmt: skip
+    )
     assert n_acc.sum() == 0
     assert 0.5 * (torch.bincount(nxt, minlength=V) / N - p).abs().sum() < 0.01

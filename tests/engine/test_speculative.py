@@ -32,7 +32,9 @@ def _verify(model, n_slots=8, **kw):
 def _drafter(kind, target, draft_model, n_slots=8):
     if kind == "ngram":
         return DraftEngine.ngram(1, 3)
-    return DraftEngine.from_model(target if kind == "self" else draft_model, n_slots=n_slots, max_len=MAX_LEN)  # fmt: skip
+    return DraftEngine.from_model(
+        target if kind == "self" else draft_model, n_slots=n_slots, max_len=MAX_LEN
+    )
 
 
 @torch.no_grad()
@@ -66,9 +68,10 @@ def test_greedy_with_k_varying_per_round_and_sequence_and_queueing(target, draft
     ref = generate(_verify(target), PROMPTS8, GREEDY)
     rnd = random.Random(0)
     gen = SpeculativeGenerator(
-        _verify(target, n_slots=3), _drafter("random", target, draft_model, n_slots=3),
+        _verify(target, n_slots=3),
+        _drafter("random", target, draft_model, n_slots=3),
         k=lambda sid: rnd.randint(0, 5),
-    )  # fmt: skip
+    )
     outs = gen.generate(PROMPTS8, GREEDY)  # 8 requests through 3 slots: slots are reused
     assert [o.token_ids for o in outs] == [r.token_ids for r in ref]
     assert sorted(gen.counters.verify_batch_sizes) == [1, 2, 3]
@@ -76,8 +79,11 @@ def test_greedy_with_k_varying_per_round_and_sequence_and_queueing(target, draft
 
 @pytest.mark.parametrize("kind", ["self", "random"])
 def test_sampled_self_draft_acceptance_and_batch_invariance(target, draft_model, kind):
-    params = [SamplingParams(temperature=0.9, top_k=20 + i, top_p=0.95, seed=100 + i, max_tokens=20) for i in range(8)]  # fmt: skip
-    gen = SpeculativeGenerator(_verify(target), _drafter(kind, target, draft_model), k=3, wire=True)  # fmt: skip
+    params = [
+        SamplingParams(temperature=0.9, top_k=20 + i, top_p=0.95, seed=100 + i, max_tokens=20)
+        for i in range(8)
+    ]
+    gen = SpeculativeGenerator(_verify(target), _drafter(kind, target, draft_model), k=3, wire=True)
     batch = gen.generate(PROMPTS8, params)
     if kind == "self":
         assert gen.counters.acceptance_rate >= 0.98
@@ -103,7 +109,11 @@ def test_sampled_distribution_equals_target(kind, k):
         ctx = torch.tensor([list(range(V)) + [0, v] for v in range(V)])
         prompt = [t for v, g in enumerate(target(ctx)[:, -1].argmax(-1).tolist()) for t in (v, g)]
     params = [SamplingParams(temperature=1.0, seed=s, max_tokens=2 + k) for s in range(N)]
-    de = DraftEngine.ngram(1, 2) if kind == "ngram" else DraftEngine.from_model(drafter, n_slots=N, max_len=24)  # fmt: skip
+    de = (
+        DraftEngine.ngram(1, 2)
+        if kind == "ngram"
+        else DraftEngine.from_model(drafter, n_slots=N, max_len=24)
+    )
     gen = SpeculativeGenerator(VerifyEngine(target, n_slots=N, max_len=24), de, k=k)
     outs = gen.generate([prompt] * N, params)
     toks = torch.tensor([o.token_ids[:3] for o in outs])
@@ -135,13 +145,17 @@ def test_stops_inside_a_draft(target, tokenizer):
     out = gen.generate([prompt], GREEDY)[0]
     assert out.token_ids == ref[: i + 1] and (out.finish_reason, out.stop_reason) == ("stop", eos)
     # max_tokens in the middle of a draft
-    out = SpeculativeGenerator(_verify(target), self_draft(), k=5).generate([prompt], SamplingParams(temperature=0, max_tokens=7))[0]  # fmt: skip
+    out = SpeculativeGenerator(_verify(target), self_draft(), k=5).generate(
+        [prompt], SamplingParams(temperature=0, max_tokens=7)
+    )[0]
     assert out.token_ids == ref[:7] and out.finish_reason == "length"
     # stop string (decoded text) in the middle of a draft
     stop = tokenizer.decode(ref[i - 1 : i + 1])
     params = SamplingParams(temperature=0, max_tokens=24, stop=[stop])
     plain = generate(_verify(target, tokenizer=tokenizer), [prompt], params)[0]
-    spec = SpeculativeGenerator(_verify(target, tokenizer=tokenizer), self_draft(), k=5).generate([prompt], params)[0]  # fmt: skip
+    spec = SpeculativeGenerator(_verify(target, tokenizer=tokenizer), self_draft(), k=5).generate(
+        [prompt], params
+    )[0]
     assert spec.token_ids == plain.token_ids and len(spec.token_ids) <= i + 1
     assert (spec.finish_reason, spec.stop_reason) == ("stop", stop) and stop in spec.text
 
@@ -155,11 +169,15 @@ def test_edge_cases(target, draft_model, tokenizer):
     r = v.add("c", [1, 2], SamplingParams(max_tokens=0))
     assert r.finished and r.tokens == [] and r.finish_reason == "length"
     assert v.n_free == 2  # max_tokens=0 takes no slot
-    outs = SpeculativeGenerator(v, _drafter("self", target, None, 2)).generate([[5], [6, 7]], SamplingParams(max_tokens=0))  # fmt: skip
+    outs = SpeculativeGenerator(v, _drafter("self", target, None, 2)).generate(
+        [[5], [6, 7]], SamplingParams(max_tokens=0)
+    )
     assert [o.token_ids for o in outs] == [[], []]
     # a sequence that reaches the cache's capacity finishes with "length", never corrupts
     long = SamplingParams(temperature=0, max_tokens=1000)
-    out = SpeculativeGenerator(_verify(target), _drafter("random", target, draft_model), k=4).generate([PROMPTS8[-1]], long)[0]  # fmt: skip
+    out = SpeculativeGenerator(
+        _verify(target), _drafter("random", target, draft_model), k=4
+    ).generate([PROMPTS8[-1]], long)[0]
     assert out.finish_reason == "length" and len(PROMPTS8[-1]) + len(out.token_ids) == MAX_LEN
     assert out.token_ids == generate(_verify(target), [PROMPTS8[-1]], long)[0].token_ids
 
@@ -171,8 +189,13 @@ def test_mismatched_tokenizers_are_refused(target, tokenizer):
     other = word_tokenizer()
     other.tk.add_tokens(["<extra>"])
     with pytest.raises(IncompatibleDrafter, match="tokenizer"):
-        SpeculativeGenerator(_verify(target, tokenizer=tokenizer), DraftEngine.from_model(target, other, n_slots=1))  # fmt: skip
-    SpeculativeGenerator(_verify(target, tokenizer=tokenizer), DraftEngine.from_model(target, word_tokenizer(), n_slots=1))  # fmt: skip
+        SpeculativeGenerator(
+            _verify(target, tokenizer=tokenizer), DraftEngine.from_model(target, other, n_slots=1)
+        )
+    SpeculativeGenerator(
+        _verify(target, tokenizer=tokenizer),
+        DraftEngine.from_model(target, word_tokenizer(), n_slots=1),
+    )
 
 
 def test_draft_cache_smaller_than_target_degrades_to_plain_decoding(target):

@@ -68,7 +68,10 @@ def test_k_changes_and_batch_shrinks_and_grows():
     shrinks) and queued ones start in freed slots (it grows)."""
     t, d = tiny_model(0, std=0.3), tiny_model(1, std=0.3)
     prompts = PROMPTS + PROMPTS[:3]
-    params = [SamplingParams(temperature=0, max_tokens=4 + 5 * (i % 4), ignore_eos=True) for i in range(len(prompts))]  # fmt: skip
+    params = [
+        SamplingParams(temperature=0, max_tokens=4 + 5 * (i % 4), ignore_eos=True)
+        for i in range(len(prompts))
+    ]
     ks = {}
 
     def k_of(sid):
@@ -77,7 +80,9 @@ def test_k_changes_and_batch_shrinks_and_grows():
 
     ref = generate(VerifyEngine(t, n_slots=4, max_len=96), prompts, params)
     v = VerifyEngine(t, n_slots=4, max_len=96, static=True)
-    gen = SpeculativeGenerator(v, DraftEngine.from_model(d, n_slots=4, max_len=96, static=True), k=k_of)  # fmt: skip
+    gen = SpeculativeGenerator(
+        v, DraftEngine.from_model(d, n_slots=4, max_len=96, static=True), k=k_of
+    )
     assert [o.token_ids for o in gen.generate(prompts, params)] == [o.token_ids for o in ref]
 
 
@@ -87,7 +92,9 @@ def test_seeded_sampling_on_the_static_path_is_reproducible():
 
     def run(static, prompts, ps):
         v = VerifyEngine(t, n_slots=4, max_len=64, static=static)
-        g = SpeculativeGenerator(v, DraftEngine.from_model(t, n_slots=4, max_len=64, static=static), k=3)  # fmt: skip
+        g = SpeculativeGenerator(
+            v, DraftEngine.from_model(t, n_slots=4, max_len=64, static=static), k=3
+        )
         return [o.token_ids for o in g.generate(prompts, ps)]
 
     batch = run(True, PROMPTS[:4], params)

@@ -35,13 +35,24 @@ def test_celery_ping_through_a_real_worker_process_and_the_real_broker():
     """`celery -A fleet worker` as its own process, on the test run's (embedded) Redis."""
     queue = f"test-{uuid.uuid4().hex[:8]}"  # ours alone, whatever else runs on this broker
     worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "fleet", "worker", "--pool=solo",
-         f"--queues={queue}", f"--hostname={queue}@%h", "--without-gossip",
-         "--without-mingle", "--loglevel=WARNING"],
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "fleet",
+            "worker",
+            "--pool=solo",
+            f"--queues={queue}",
+            f"--hostname={queue}@%h",
+            "--without-gossip",
+            "--without-mingle",
+            "--loglevel=WARNING",
+        ],
         cwd=REPO,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
         start_new_session=True,
-    )  # fmt: skip
+    )
     try:
         assert ping.apply_async(queue=queue).get(timeout=60) == "pong"
     finally:

@@ -82,8 +82,13 @@ def up(tmp_path_factory):
             time.sleep(0.3)
         made = subprocess.run(
             [sys.executable, "manage.py", "create_api_key", "--user", "admin"],
-            cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=True,
-        )  # fmt: skip
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
         yield Up(base, port, made.stdout.strip(), started, data_dir, env, log)
     finally:
         process.send_signal(signal.SIGINT)
@@ -188,8 +193,12 @@ def test_readme_first_request_examples_run(up):
     curl = _readme_block("first-request: curl").replace("127.0.0.1:8000", here)
     done = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", curl],
-        cwd=REPO, env=up.env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=REPO,
+        env=up.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     answer = json.loads(done.stdout)
     assert answer["model"] == "smollm2" and answer["choices"][0]["message"]["content"].strip()
@@ -197,8 +206,11 @@ def test_readme_first_request_examples_run(up):
     python = _readme_block("first-request: openai").replace("127.0.0.1:8000", here)
     done = subprocess.run(
         [sys.executable, "-c", python],
-        cwd=REPO, env=up.env | {"TANDEM_API_KEY": up.key}, capture_output=True, text=True,
+        cwd=REPO,
+        env=up.env | {"TANDEM_API_KEY": up.key},
+        capture_output=True,
+        text=True,
         timeout=120,
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip()

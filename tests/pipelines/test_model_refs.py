@@ -8,8 +8,20 @@ import pytest
 
 from fleet.pipelines.model_refs import UnknownModel, resolve
 
-OUTSIDE = ["/etc", "/etc/passwd", "/nonexistent-dir-xyz", "../..", "../../etc", "a/../../b",
-           ".hidden", "models/../..", "~root", "a//b", "C:\\x", "a\x00b"]  # fmt: skip
+OUTSIDE = [
+    "/etc",
+    "/etc/passwd",
+    "/nonexistent-dir-xyz",
+    "../..",
+    "../../etc",
+    "a/../../b",
+    ".hidden",
+    "models/../..",
+    "~root",
+    "a//b",
+    "C:\\x",
+    "a\x00b",
+]
 
 
 def _model(path):

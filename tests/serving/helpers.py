@@ -30,10 +30,16 @@ ROOT = Path(__file__).resolve().parents[2]
 def tiny_model(seed: int, *, std: float = 0.4, layers: int = 2, context: int = 256) -> Transformer:
     torch.manual_seed(seed)
     config = ModelConfig(
-        vocab_size=bt.VOCAB_SIZE, hidden_size=64, intermediate_size=128,
-        num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-        max_position_embeddings=context, bos_token_id=bt.BOS_ID, eos_token_id=bt.EOS_ID,
-    )  # fmt: skip
+        vocab_size=bt.VOCAB_SIZE,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=context,
+        bos_token_id=bt.BOS_ID,
+        eos_token_id=bt.EOS_ID,
+    )
     model = Transformer(config)
     for p in model.parameters():
         if p.dim() == 2:
@@ -58,17 +64,28 @@ def write_pair(root: Path) -> tuple[Path, Path]:
 def profile() -> HardwareProfile:
     p, _ = HardwareProfile.objects.get_or_create(
         slug="test-cpu",
-        defaults=dict(kind="cpu", vendor="Test", model="CPU", memory_gb=16,
-                      memory_bandwidth_gbs=50, peak_bf16_tflops=1, tdp_w=65, idle_w=10),
-    )  # fmt: skip
+        defaults=dict(
+            kind="cpu",
+            vendor="Test",
+            model="CPU",
+            memory_gb=16,
+            memory_bandwidth_gbs=50,
+            peak_bf16_tflops=1,
+            tdp_w=65,
+            idle_w=10,
+        ),
+    )
     return p
 
 
 def make_pipeline(name, target, draft, *, kind="model", drafters=1, verifiers=1, **config):
     pipeline = Pipeline.objects.create(
-        name=name, target_model=str(target), draft_model=str(draft) if draft else "",
-        drafter_kind=kind, **config,
-    )  # fmt: skip
+        name=name,
+        target_model=str(target),
+        draft_model=str(draft) if draft else "",
+        drafter_kind=kind,
+        **config,
+    )
     nodes = []
     for role, n in (("draft", drafters if kind != "none" else 0), ("verify", verifiers)):
         for i in range(n):
@@ -109,8 +126,12 @@ class Workers:
         log = open(self.log_dir / f"{node.name}.log", "w")
         proc = subprocess.Popen(
             [sys.executable, "manage.py", "run_node", "--role", role, "--loglevel", "INFO"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self.procs[node.pk] = proc
         return proc
 

@@ -40,11 +40,19 @@ def _run(pipeline, nodes, wired, kind):
     config = pipeline.config()
     for node, role, _ in nodes:
         if role == "verify":
-            loop = VerifyLoop(engine=load_verify_engine(pipeline.target_model),
-                              node_id=node.pk, pipeline_id=pipeline.pk, config=config)  # fmt: skip
+            loop = VerifyLoop(
+                engine=load_verify_engine(pipeline.target_model),
+                node_id=node.pk,
+                pipeline_id=pipeline.pk,
+                config=config,
+            )
         else:
-            loop = DraftLoop(engine=load_draft_engine(kind, pipeline.draft_model),
-                             node_id=node.pk, pipeline_id=pipeline.pk, config=config)  # fmt: skip
+            loop = DraftLoop(
+                engine=load_draft_engine(kind, pipeline.draft_model),
+                node_id=node.pk,
+                pipeline_id=pipeline.pk,
+                config=config,
+            )
         wired[node.pk] = loop
         loop.start()
         node.last_seen = timezone.now()
@@ -59,10 +67,15 @@ def test_loops_reproduce_the_engine(kind, transactional_db, tmp_path, wired):
     _run(pipeline, nodes, wired, kind)
     ps = prompts(6, seed=5)
     gens = [
-        services.generation_submit(pipeline=pipeline, prompt="", prompt_tokens=p,
-                                   params={"temperature": 0, "max_tokens": 20}, user=None)
+        services.generation_submit(
+            pipeline=pipeline,
+            prompt="",
+            prompt_tokens=p,
+            params={"temperature": 0, "max_tokens": 20},
+            user=None,
+        )
         for p in ps
-    ]  # fmt: skip
+    ]
     streamed = wait_done([g.pk for g in gens], timeout=60)
     tm, tok = load_checkpoint(target)
     drafter = DraftEngine.ngram() if kind == "ngram" else None
@@ -85,8 +98,13 @@ def test_loops_reproduce_the_engine(kind, transactional_db, tmp_path, wired):
         Pipeline.objects.filter(pk=pipeline.pk).update(k_policy={"mode": "fixed", "k": 0})
         pipeline.refresh_from_db()
         services.push_pipeline_config(pipeline)
-        g = services.generation_submit(pipeline=pipeline, prompt="", prompt_tokens=ps[0],
-                                       params={"temperature": 0, "max_tokens": 20}, user=None)  # fmt: skip
+        g = services.generation_submit(
+            pipeline=pipeline,
+            prompt="",
+            prompt_tokens=ps[0],
+            params={"temperature": 0, "max_tokens": 20},
+            user=None,
+        )
         assert tokens_of(wait_done([g.pk], timeout=60)[str(g.pk)]) == want[0].token_ids
         assert drafter_loop.config["k_policy"] == {"mode": "fixed", "k": 0}
         verifier.flush_writes()
@@ -119,8 +137,12 @@ def test_verifier_claims_off_the_loop_retries_a_failed_claim_and_skips_ended_row
     verifier = wired[verifier_node.pk]
     ps = prompts(3, seed=9)
     params = {"temperature": 0, "max_tokens": 12}
-    gens = [services.generation_submit(pipeline=pipeline, prompt="", prompt_tokens=p,
-                                       params=params, user=None) for p in ps]  # fmt: skip
+    gens = [
+        services.generation_submit(
+            pipeline=pipeline, prompt="", prompt_tokens=p, params=params, user=None
+        )
+        for p in ps
+    ]
     streamed = wait_done([g.pk for g in gens], timeout=60)
     tm, tok = load_checkpoint(target)
     want = SpeculativeGenerator(VerifyEngine(tm, tok, n_slots=3)).generate(
@@ -129,8 +151,14 @@ def test_verifier_claims_off_the_loop_retries_a_failed_claim_and_skips_ended_row
     assert [tokens_of(streamed[str(g.pk)]) for g in gens] == [o.token_ids for o in want]
     assert len(calls) >= 2 and set(threads) == {"verify-persist"}
     # a row cancelled before its start is claimed: nothing is prefilled or streamed
-    ended = Generation.objects.create(pipeline=pipeline, prompt_tokens=ps[0], params=params,
-                                      verifier=verifier_node, attempts=1, state="cancelled")  # fmt: skip
+    ended = Generation.objects.create(
+        pipeline=pipeline,
+        prompt_tokens=ps[0],
+        params=params,
+        verifier=verifier_node,
+        attempts=1,
+        state="cancelled",
+    )
     verifier.deliver("start", services.start_payload(ended))
     n_calls = len(calls)
     deadline = time.monotonic() + 10
@@ -163,8 +191,11 @@ def test_new_sequences_join_the_running_draft_group(transactional_db, tmp_path, 
     params = {"temperature": 0, "max_tokens": 60, "ignore_eos": True}
     gens = []
     for p in ps:  # staggered: each arrives while the earlier ones are being drafted
-        gens.append(services.generation_submit(pipeline=pipeline, prompt="", prompt_tokens=p,
-                                               params=params, user=None))  # fmt: skip
+        gens.append(
+            services.generation_submit(
+                pipeline=pipeline, prompt="", prompt_tokens=p, params=params, user=None
+            )
+        )
         time.sleep(0.05)
     streamed = wait_done([g.pk for g in gens], timeout=60)
     tm, tok = load_checkpoint(target)
@@ -190,8 +221,9 @@ def test_a_rerouted_start_that_overtakes_the_old_attempts_cancel_replaces_it(
     verifier = next(wired[n.pk] for n, r, _ in nodes if r == "verify")
     p = prompts(1, seed=13)[0]
     params = {"temperature": 0, "max_tokens": 220, "ignore_eos": True}
-    g = services.generation_submit(pipeline=pipeline, prompt="", prompt_tokens=p, params=params,
-                                   user=None)  # fmt: skip
+    g = services.generation_submit(
+        pipeline=pipeline, prompt="", prompt_tokens=p, params=params, user=None
+    )
     deadline = time.monotonic() + 20
     while str(g.pk) not in verifier.seqs:
         assert time.monotonic() < deadline

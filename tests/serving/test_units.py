@@ -69,9 +69,12 @@ def _pipeline(kind="model", drafters=1, verifiers=2):
     for role, n in (("draft", drafters), ("verify", verifiers)):
         for i in range(n):
             node = Node.objects.create(
-                name=f"{kind}-{role}-{i}", profile=profile(), roles=[role], state="online",
+                name=f"{kind}-{role}-{i}",
+                profile=profile(),
+                roles=[role],
+                state="online",
                 last_seen=timezone.now(),
-            )  # fmt: skip
+            )
             Placement.objects.create(pipeline=p, node=node, role=role)
             nodes[role].append(node)
     return p, nodes

@@ -82,12 +82,18 @@ class Stream(threading.Thread):
         self.failure: BaseException | None = None
 
     def run(self):
-        body = {"model": "demo", "prompt": self.prompt, "max_tokens": MAX_TOKENS,
-                "temperature": 0, "stream": True}  # fmt: skip
+        body = {
+            "model": "demo",
+            "prompt": self.prompt,
+            "max_tokens": MAX_TOKENS,
+            "temperature": 0,
+            "stream": True,
+        }
         headers = {"Authorization": f"Bearer {self.key}"}
         try:
-            with httpx.stream("POST", f"{self.base}/v1/completions", json=body,
-                              headers=headers, timeout=120) as response:  # fmt: skip
+            with httpx.stream(
+                "POST", f"{self.base}/v1/completions", json=body, headers=headers, timeout=120
+            ) as response:
                 assert response.status_code == 200, response.read()
                 for line in response.iter_lines():
                     if line.startswith("data: "):
@@ -144,21 +150,42 @@ def test_up_survives_killed_node_workers(tmp_path):
     _write_demo_pair(data_dir / "models")
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
-    env.update(TANDEM_DATA_DIR=str(data_dir), TANDEM_PORT=str(port), TANDEM_SIMULATOR="0", TANDEM_DEFAULT_PIPELINES="demo",
-               PYTHONUNBUFFERED="1", TANDEM_NODE_SLOTS="8")  # fmt: skip
+    env.update(
+        TANDEM_DATA_DIR=str(data_dir),
+        TANDEM_PORT=str(port),
+        TANDEM_SIMULATOR="0",
+        TANDEM_DEFAULT_PIPELINES="demo",
+        PYTHONUNBUFFERED="1",
+        TANDEM_NODE_SLOTS="8",
+    )
     base, log = f"http://127.0.0.1:{port}", tmp_path / "up.log"
     with log.open("w") as out:
-        up = subprocess.Popen([sys.executable, "manage.py", "up"], cwd=REPO, env=env,
-                              stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+        up = subprocess.Popen(
+            [sys.executable, "manage.py", "up"],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     second = None
     health = Health(base)
     try:
-        _wait(lambda: "Press Ctrl-C to stop." in log.read_text() or up.poll() is not None,
-              240, "up ready", log)  # fmt: skip
+        _wait(
+            lambda: "Press Ctrl-C to stop." in log.read_text() or up.poll() is not None,
+            240,
+            "up ready",
+            log,
+        )
         assert up.poll() is None, log.read_text()
         health.start()
-        setup = subprocess.run([sys.executable, "manage.py", "shell", "-c", SETUP], cwd=REPO,
-                               env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+        setup = subprocess.run(
+            [sys.executable, "manage.py", "shell", "-c", SETUP],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert setup.returncode == 0, setup.stderr + log.read_text()
         info = json.loads(setup.stdout.strip().splitlines()[-1])
         key, api = (
@@ -169,11 +196,18 @@ def test_up_survives_killed_node_workers(tmp_path):
         )
         with (tmp_path / "verify-2.log").open("w") as out:
             second = subprocess.Popen(
-                [sys.executable, "manage.py", "run_node", "--role", "verify"], cwd=REPO,
-                env={**env, "TANDEM_NODE_ID": str(info["node"]), "TANDEM_NODE_TOKEN": info["token"],
-                     "OMP_NUM_THREADS": "1"},
-                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
+                [sys.executable, "manage.py", "run_node", "--role", "verify"],
+                cwd=REPO,
+                env={
+                    **env,
+                    "TANDEM_NODE_ID": str(info["node"]),
+                    "TANDEM_NODE_TOKEN": info["token"],
+                    "OMP_NUM_THREADS": "1",
+                },
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
         def node(name_or_id):
             if isinstance(name_or_id, int):
@@ -192,9 +226,15 @@ def test_up_survives_killed_node_workers(tmp_path):
         victim = _pid_of(log, "node-demo-verify")
         os.killpg(victim, signal.SIGKILL)
         killed_at = time.monotonic()
-        _wait(lambda: (_pid_of(log, "node-demo-verify", "restarted") or 0) != 0
-              and node("demo-verify")["state"] == "online",
-              30 - (time.monotonic() - killed_at), "node-demo-verify back within 30 s", log)  # fmt: skip
+        _wait(
+            lambda: (
+                (_pid_of(log, "node-demo-verify", "restarted") or 0) != 0
+                and node("demo-verify")["state"] == "online"
+            ),
+            30 - (time.monotonic() - killed_at),
+            "node-demo-verify back within 30 s",
+            log,
+        )
         for s in streams:
             s.join(180)
             assert not s.is_alive() and s.failure is None, (s.failure, log.read_text())
@@ -206,8 +246,7 @@ def test_up_survives_killed_node_workers(tmp_path):
 
         # the text an undisturbed run gives (same prompts, greedy, the pipeline healthy again)
         for s in streams:
-            body = {"model": "demo", "prompt": s.prompt, "max_tokens": MAX_TOKENS,
-                    "temperature": 0}  # fmt: skip
+            body = {"model": "demo", "prompt": s.prompt, "max_tokens": MAX_TOKENS, "temperature": 0}
             answer = api.post("/v1/completions", json=body, timeout=120).json()
             assert answer["choices"][0]["text"] == s.text()
 

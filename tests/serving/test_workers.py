@@ -53,16 +53,21 @@ def inprocess_sampled(target, draft, ps, max_tokens: int) -> list[list[int]]:
         DraftEngine.from_model(dm, tok, n_slots=len(ps)),
         k=4,
     )
-    params = [SamplingParams(temperature=0.8, top_p=0.95, seed=7 + i, max_tokens=max_tokens)
-              for i in range(len(ps))]  # fmt: skip
+    params = [
+        SamplingParams(temperature=0.8, top_p=0.95, seed=7 + i, max_tokens=max_tokens)
+        for i in range(len(ps))
+    ]
     return [o.token_ids for o in gen.generate(ps, params)]
 
 
 def submit(pipeline, p, max_tokens, **extra):
     return services.generation_submit(
-        pipeline=pipeline, prompt="", prompt_tokens=p,
-        params={"temperature": 0.0, "max_tokens": max_tokens, **extra}, user=None,
-    )  # fmt: skip
+        pipeline=pipeline,
+        prompt="",
+        prompt_tokens=p,
+        params={"temperature": 0.0, "max_tokens": max_tokens, **extra},
+        user=None,
+    )
 
 
 def test_greedy_through_workers_equals_inprocess_and_verifier_batches(
@@ -71,9 +76,13 @@ def test_greedy_through_workers_equals_inprocess_and_verifier_batches(
     settings.HEARTBEAT_PERIOD_S = 1
     target, draft = write_pair(tmp_path)
     pipeline, nodes = make_pipeline(
-        "pair", target, draft, max_verify_batch=32, max_batch_wait_ms=20,
+        "pair",
+        target,
+        draft,
+        max_verify_batch=32,
+        max_batch_wait_ms=20,
         k_policy={"mode": "fixed", "k": 4},
-    )  # fmt: skip
+    )
     (drafter, _, _), (verifier, _, _) = nodes
     ps = prompts(16)
     expected = inprocess(target, draft, ps, max_tokens=24)
@@ -87,8 +96,10 @@ def test_greedy_through_workers_equals_inprocess_and_verifier_batches(
             events = streamed[str(g.pk)]
             assert events[-1]["type"] == "done", events[-1]
             assert tokens_of(events) == want
-            assert events[-1]["usage"] == {"prompt_tokens": len(g.prompt_tokens),
-                                           "completion_tokens": len(want)}  # fmt: skip
+            assert events[-1]["usage"] == {
+                "prompt_tokens": len(g.prompt_tokens),
+                "completion_tokens": len(want),
+            }
         # The row is written by the verifier's persister: wait for the last one.
         deadline = time.monotonic() + 20
         while Generation.objects.filter(state="finished").count() < len(gens):
@@ -122,8 +133,10 @@ def test_greedy_through_workers_equals_inprocess_and_verifier_batches(
             g.refresh_from_db()
             assert g.state == "cancelled"
         # Seeded sampling crosses the wire too (draft q as float16): same tokens as in-process.
-        sampled = [submit(pipeline, p, 16, temperature=0.8, top_p=0.95, seed=7 + i)
-                   for i, p in enumerate(ps[:3])]  # fmt: skip
+        sampled = [
+            submit(pipeline, p, 16, temperature=0.8, top_p=0.95, seed=7 + i)
+            for i, p in enumerate(ps[:3])
+        ]
         streamed = wait_done([g.pk for g in sampled], workers=workers)
         want = inprocess_sampled(target, draft, ps[:3], 16)
         assert [tokens_of(streamed[str(g.pk)]) for g in sampled] == want

@@ -34,9 +34,13 @@ def test_alpha_estimator_matches_geometric():
 def _model(layers):
     torch.manual_seed(0)
     cfg = ModelConfig(
-        vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
-        num_attention_heads=4, max_position_embeddings=128,
-    )  # fmt: skip
+        vocab_size=40,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        max_position_embeddings=128,
+    )
     m = Transformer(cfg).eval()
     with torch.no_grad():  # peaky distributions: no near-ties between the two code paths
         m.lm_head.weight.mul_(30)

@@ -39,9 +39,21 @@ class Command(BaseCommand):
         )
 
     def handle(
-        self, *args, json_path, quick, models, k, reps, new_tokens, no_smol, threads, device,
-        dtype, preset, **opts,
-    ):  # fmt: skip
+        self,
+        *args,
+        json_path,
+        quick,
+        models,
+        k,
+        reps,
+        new_tokens,
+        no_smol,
+        threads,
+        device,
+        dtype,
+        preset,
+        **opts,
+    ):
         from inference.bench.engine import BenchConfig, format_table, run_bench, write_json
 
         models_dir = Path(models) if models else Path(settings.DATA_DIR) / "models"
@@ -59,7 +71,16 @@ class Command(BaseCommand):
                 raise CommandError(f"unknown preset {preset!r} (choose from {', '.join(PRESETS)})")
             pre = self._preset(preset, device, dtype, k, quick, threads)
         if have_pair:
-            cfg = BenchConfig(target_dir=target, draft_dir=draft, models_dir=models_dir, k=k, threads=threads, smol=not no_smol, device=device, dtype=dtype)  # fmt: skip
+            cfg = BenchConfig(
+                target_dir=target,
+                draft_dir=draft,
+                models_dir=models_dir,
+                k=k,
+                threads=threads,
+                smol=not no_smol,
+                device=device,
+                dtype=dtype,
+            )
             if quick:
                 cfg = cfg.quick_variant()
             if reps:

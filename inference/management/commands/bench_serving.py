@@ -16,8 +16,11 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--json", default=None, help="also write the figures to FILE")
-        parser.add_argument("--models", default=None,
-                            help="directory with demo-target and demo-draft (default DATA_DIR/models)")  # fmt: skip
+        parser.add_argument(
+            "--models",
+            default=None,
+            help="directory with demo-target and demo-draft (default DATA_DIR/models)",
+        )
         parser.add_argument("--clients", default="1,8,32", help="comma-separated N")
         parser.add_argument("--requests", type=int, default=2, help="requests per client")
         parser.add_argument("--max-tokens", type=int, default=64)
@@ -35,10 +38,20 @@ class Command(BaseCommand):
                 "(or pass --models DIR holding demo-target and demo-draft)"
             )
         if not os.environ.get("TANDEM_BENCH_CHILD"):
-            argv = ["--clients", o["clients"], "--requests", str(o["requests"]),
-                    "--max-tokens", str(o["max_tokens"]), "--k", str(o["k"]),
-                    "--max-verify-batch", str(o["max_verify_batch"]),
-                    "--max-batch-wait-ms", str(o["max_batch_wait_ms"])]  # fmt: skip
+            argv = [
+                "--clients",
+                o["clients"],
+                "--requests",
+                str(o["requests"]),
+                "--max-tokens",
+                str(o["max_tokens"]),
+                "--k",
+                str(o["k"]),
+                "--max-verify-batch",
+                str(o["max_verify_batch"]),
+                "--max-batch-wait-ms",
+                str(o["max_batch_wait_ms"]),
+            ]
             if o["json"]:
                 argv += ["--json", str(Path(o["json"]).resolve())]
             raise SystemExit(serving.run(argv, models=models, log=self.stdout.write))

@@ -36,7 +36,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, out, seed, force, preset, threads, report_to, **options):
-        from inference.training.demo_pair import (  # fmt: skip
+        from inference.training.demo_pair import (
             PRESETS,
             TqdmProgress,
             pair_exists,
