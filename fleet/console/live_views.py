@@ -11,13 +11,13 @@ from datetime import timedelta
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.views import redirect_to_login
-from django.core.exceptions import PermissionDenied
 from django.http import JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
 from fleet.accounts.access import can
+from fleet.accounts.principal import require
 from fleet.console import selectors
 from fleet.console.models import WallLink
 from fleet.console.services import (
@@ -32,14 +32,9 @@ from fleet.pipelines.models import Pipeline
 from fleet.telemetry import rollups, snapshot
 
 
-def _require(request, action: str, obj=None) -> None:
-    if not can(request.user, action, obj):
-        raise PermissionDenied
-
-
 @login_required
 def fleet_page(request):
-    _require(request, "view")
+    require(request, "view")
     context = selectors.fleet_context()
     context["filters"] = {
         "state": request.GET.get("state", ""),
@@ -54,7 +49,7 @@ def fleet_page(request):
 @login_required
 def pipeline_page(request, pk: int):
     pipeline = get_object_or_404(Pipeline, pk=pk)
-    _require(request, "view", pipeline)
+    require(request, "view", pipeline)
     context = {
         "pipeline": pipeline,
         "live": snapshot.read_pipeline(pipeline.pk),
@@ -75,7 +70,7 @@ def pipeline_page(request, pk: int):
 @login_required
 def node_page(request, pk: int):
     node = get_object_or_404(Node.objects.select_related("profile"), pk=pk)
-    _require(request, "view", node)
+    require(request, "view", node)
     context = {
         "node": node,
         "placement": _placement(node),
@@ -119,7 +114,7 @@ def wall_page(request):
         return _no_referrer(redirect(wall_link_url(request, token)))
     if not request.user.is_authenticated:
         return redirect_to_login(request.get_full_path())
-    _require(request, "view")
+    require(request, "view")
     data = _wall_data()
     response = render(request, "console/wall.html", {"live": data["live"], "wall_data": data})
     return _no_referrer(response)
@@ -150,7 +145,7 @@ def wall_data(request):
 @login_required
 @require_http_methods(["GET", "POST"])
 def wall_links_page(request):
-    _require(request, "administer")
+    require(request, "administer")
     created_token = None
     if request.method == "POST":
         name = request.POST.get("name", "").strip()
@@ -184,7 +179,7 @@ LINK_LIFETIMES = {
 @login_required
 @require_POST
 def wall_link_revoke_view(request, pk: int):
-    _require(request, "administer")
+    require(request, "administer")
     link = get_object_or_404(WallLink, pk=pk)
     wall_link_revoke(link=link, actor=request.user)
     messages.success(request, f"Wall link “{link.name}” revoked; its screens were disconnected.")

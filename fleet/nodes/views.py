@@ -4,27 +4,24 @@ policy is the same `can()` the API uses."""
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods
 
 from fleet.accounts.access import can
+from fleet.accounts.principal import require
 from fleet.nodes import selectors, services
 from fleet.nodes.forms import NodeListFilterForm, NodeRegisterForm
 
 PAGE_SIZE = 50
 
 
-def _require(request, action: str) -> None:
-    if not can(request.user, action):
-        raise PermissionDenied
-
 
 @login_required
 def node_list(request):
-    _require(request, "view")
+    require(request, "view")
     form = NodeListFilterForm(request.GET or None)
     filters = form.cleaned_data if form.is_valid() else {}
     nodes = selectors.node_list(
@@ -43,7 +40,7 @@ def node_list(request):
 @login_required
 @require_http_methods(["GET", "POST"])
 def node_register(request):
-    _require(request, "administer")
+    require(request, "administer")
     form = NodeRegisterForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
@@ -58,7 +55,7 @@ def node_register(request):
 
 @login_required
 def node_detail(request, pk: int):
-    _require(request, "view")
+    require(request, "view")
     node = get_object_or_404(selectors.node_queryset(), pk=pk)
     telemetry = selectors.node_telemetry(node=node)
     tokens = selectors.node_tokens(node=node) if can(request.user, "administer") else None

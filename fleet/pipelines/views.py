@@ -10,24 +10,20 @@ from __future__ import annotations
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_POST
 
-from fleet.accounts.access import can
 from fleet.accounts.errors import Conflict
+from fleet.accounts.principal import require
 from fleet.pipelines import selectors, services
 from fleet.pipelines.models import DrafterKind, Pipeline
 
 PAGE_SIZE = 50
 
-
-def _require(request, action: str) -> None:
-    if not can(request.user, action):
-        raise PermissionDenied
 
 
 class PipelineForm(forms.Form):
@@ -79,7 +75,7 @@ def _errors_text(exc: Exception) -> str:
 
 @login_required
 def pipeline_list(request):
-    _require(request, "view")
+    require(request, "view")
     page = Paginator(selectors.pipeline_list(), PAGE_SIZE).get_page(request.GET.get("page"))
     from inference.readiness import warming_up
 
@@ -92,7 +88,7 @@ def pipeline_list(request):
 @login_required
 @require_http_methods(["GET", "POST"])
 def pipeline_new(request):
-    _require(request, "operate")
+    require(request, "operate")
     form = PipelineForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         data = dict(form.cleaned_data)
@@ -123,7 +119,7 @@ def actions_context(pipeline: Pipeline) -> dict:
 
 @login_required
 def pipeline_edit(request, pk: int):
-    _require(request, "operate")
+    require(request, "operate")
     pipeline = get_object_or_404(selectors.pipeline_queryset(), pk=pk)
     context = actions_context(pipeline) | {
         "revisions": selectors.revisions(pipeline=pipeline)[:50],
@@ -256,7 +252,7 @@ def _act(request, pipeline: Pipeline, action: str) -> str:
 @login_required
 @require_POST
 def pipeline_act(request, pk: int, action: str):
-    _require(request, "operate")
+    require(request, "operate")
     pipeline = get_object_or_404(Pipeline, pk=pk)
     try:
         messages.success(request, _act(request, pipeline, action))

@@ -11,26 +11,22 @@ import json
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from fleet.accounts.access import can
 from fleet.accounts.errors import Conflict
+from fleet.accounts.principal import require
 from fleet.nodes.models import HardwareProfile
 from fleet.pipelines.models import Pipeline
 from fleet.pipelines.views import _errors_text, parse_k_policy
 from fleet.planner import services, whatif
 
 
-def _require(request, action: str) -> None:
-    if not can(request.user, action):
-        raise PermissionDenied
-
-
 @login_required
 def index(request):
-    _require(request, "view")
+    require(request, "view")
     pipelines = Pipeline.objects.order_by("simulated", "name")[:200]
     return render(request, "planner/index.html", {"pipelines": pipelines})
 
@@ -74,7 +70,7 @@ class WhatIfForm(forms.Form):
 
 @login_required
 def what_if(request):
-    _require(request, "view")
+    require(request, "view")
     profiles = list(HardwareProfile.objects.order_by("kind", "slug"))
     submitted = "run" in request.GET
     form = WhatIfForm(request.GET if submitted else None, profiles=profiles)
@@ -106,7 +102,7 @@ def what_if(request):
 
 @login_required
 def recommendations(request, pk: int):
-    _require(request, "view")
+    require(request, "view")
     pipeline = get_object_or_404(Pipeline, pk=pk)
     rec = services.recommendation(pipeline)
     preview = None
@@ -152,7 +148,7 @@ def _preview_action(data) -> dict:
 @login_required
 @require_POST
 def apply(request, pk: int):
-    _require(request, "operate")
+    require(request, "operate")
     pipeline = get_object_or_404(Pipeline, pk=pk)
     version = request.POST.get("version", "")
     try:

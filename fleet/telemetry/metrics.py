@@ -30,7 +30,8 @@ from prometheus_client.core import (
 )
 
 from fleet.accounts.access import can
-from fleet.accounts.authentication import bearer_token, user_for_api_key
+from fleet.accounts.authentication import bearer_token
+from fleet.accounts.principal import Refused, principal_for
 from fleet.accounts.secrets import same
 from fleet.telemetry import admission
 from fleet.telemetry.samples import LATENCY_BUCKETS
@@ -206,34 +207,39 @@ def render_metrics(snapshot: dict[str, dict] | None = None) -> bytes:
     return generate_latest(registry)
 
 
-def _allowed(request) -> int:
-    """200, 401 or 403."""
+def _refusal(request) -> HttpResponse | None:
+    """None when the scrape may go on; else a 401, 403 or 429 (text, as Prometheus logs it).
+    Allowed: the configured scrape token, an API key of a user who may view (through the
+    same lockout as every other key login), or, with no token configured, loopback."""
     configured = os.environ.get("TANDEM_METRICS_TOKEN", "")
     token = bearer_token(request)
+    if token and configured and same(token, configured):
+        return None
     if token:
-        if configured and same(token, configured):
-            return 200
-        if token.startswith("tdm_"):
-            user = user_for_api_key(token)
-            if user is None:
-                return 401
-            return 200 if can(user, "view") else 403
-        return 401
+        try:
+            user = principal_for(request, session=False)
+        except Refused as exc:
+            return _text(exc.status, exc.detail, retry_after=exc.retry_after)
+        return None if can(user, "view") else _text(403, "forbidden")
     if configured:
-        return 401
-    return 200 if request.META.get("REMOTE_ADDR") in LOOPBACK else 403
+        return _text(401, "credentials required")
+    if request.META.get("REMOTE_ADDR") in LOOPBACK:
+        return None
+    return _text(403, "forbidden")
+
+
+def _text(status: int, reason: str, *, retry_after: int | None = None) -> HttpResponse:
+    response = HttpResponse(f"metrics: {reason}\n", status=status, content_type="text/plain")
+    if retry_after is not None:
+        response["Retry-After"] = str(retry_after)
+    elif status == 401:
+        response["WWW-Authenticate"] = "Bearer"
+    return response
 
 
 @require_GET
 def metrics_view(request):
-    status = _allowed(request)
-    if status != 200:
-        response = HttpResponse(
-            "metrics: credentials required\n" if status == 401 else "metrics: forbidden\n",
-            status=status,
-            content_type="text/plain",
-        )
-        if status == 401:
-            response["WWW-Authenticate"] = "Bearer"
-        return response
+    refusal = _refusal(request)
+    if refusal is not None:
+        return refusal
     return HttpResponse(render_metrics(), content_type=CONTENT_TYPE_LATEST)

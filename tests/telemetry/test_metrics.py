@@ -106,6 +106,25 @@ def test_metrics_access(live, monkeypatch, viewer, outsider):
     )
 
 
+def test_wrong_keys_on_metrics_count_toward_the_lockout(settings, monkeypatch, viewer):
+    """/metrics takes API keys through the same lockout as the REST API: guessing keys
+    there locks the address out (429), the right key too, and the count is shared."""
+    from fleet.accounts.services import api_key_create
+
+    monkeypatch.delenv("TANDEM_METRICS_TOKEN", raising=False)
+    settings.API_KEY_FAILURE_LIMIT = 3
+    _, good = api_key_create(user=viewer, name="scraper")
+    remote = Client(REMOTE_ADDR="10.0.0.9")
+    assert remote.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {good}").status_code == 200
+    for i in range(settings.API_KEY_FAILURE_LIMIT):
+        wrong = remote.get("/metrics", HTTP_AUTHORIZATION=f"Bearer tdm_{i:08x}_guess")
+        assert wrong.status_code == 401
+    locked = remote.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {good}")
+    assert locked.status_code == 429 and int(locked["Retry-After"]) > 0
+    rest = remote.get("/api/v1/generations", HTTP_AUTHORIZATION=f"Bearer {good}")
+    assert rest.status_code == 429
+
+
 def test_metrics_with_no_aggregator(monkeypatch, db):
     monkeypatch.delenv("TANDEM_METRICS_TOKEN", raising=False)
     response = Client(REMOTE_ADDR="127.0.0.1").get("/metrics")
