@@ -18,7 +18,6 @@ from fleet.nodes.forms import NodeListFilterForm, NodeRegisterForm
 PAGE_SIZE = 50
 
 
-
 @login_required
 def node_list(request):
     require(request, "view")

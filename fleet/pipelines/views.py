@@ -25,7 +25,6 @@ from fleet.pipelines.models import DrafterKind, Pipeline
 PAGE_SIZE = 50
 
 
-
 class PipelineForm(forms.Form):
     name = forms.SlugField(max_length=64)
     description = forms.CharField(max_length=200, required=False)
