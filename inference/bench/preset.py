@@ -34,7 +34,7 @@ from inference.engine.memory import weights_memory
 from inference.engine.model import Transformer
 from inference.engine.sampling import SamplingParams
 
-from .stats import median
+from .spec_arithmetic import median
 
 _LLAMA3_ROPE = {
     "rope_type": "llama3",
