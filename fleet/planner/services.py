@@ -212,10 +212,10 @@ def apply(
     rec = recommendation(pipeline)
     if not rec["available"]:
         raise ValidationError({"what": rec["reason"]})
-    why = (
-        reason
-        or f"planner recommendation ({what}), predicted goodput {rec[what if what == 'split' else 'k_policy']['difference']['goodput_pct']}%"
-    )
+    why = reason
+    if not why:
+        goodput_pct = rec[what if what == "split" else "k_policy"]["difference"]["goodput_pct"]
+        why = f"planner recommendation ({what}), predicted goodput {goodput_pct}%"
     if what == "k_policy":
         pipeline_services.pipeline_set_k_policy(
             pipeline_id=pipeline.pk,

@@ -710,22 +710,30 @@ def format_table(result: dict[str, Any]) -> str:
     out.append("")
     out.append(
         f"demo pair, B=1, k={d['k']}: speculative {d['speedup_vs_plain']:.2f}x our plain, "
-        f"{d['speedup_vs_hf_assisted']:.2f}x HF assisted; our plain {d['plain_vs_hf_generate']:.2f}x HF generate(); "
-        f"c={d['c']:.3f} (draft step {d['draft_step_ms']:.2f} ms / target step {d['target_step_ms']:.2f} ms, "
+        f"{d['speedup_vs_hf_assisted']:.2f}x HF assisted; "
+        f"our plain {d['plain_vs_hf_generate']:.2f}x HF generate(); "
+        f"c={d['c']:.3f} (draft step {d['draft_step_ms']:.2f} ms / "
+        f"target step {d['target_step_ms']:.2f} ms, "
         f"verify of k+1 {d['verify_step_ms']:.2f} ms); ideal {d['ideal_speedup']:.2f}x; "
-        f"decoding phase {d['decode_speedup_vs_plain']:.2f}x our plain, efficiency {d['efficiency']:.2f} "
+        f"decoding phase {d['decode_speedup_vs_plain']:.2f}x our plain, "
+        f"efficiency {d['efficiency']:.2f} "
         f"(end to end, prefill included: {d['efficiency_end_to_end']:.2f})"
     )
     raw, tb = d["raw_forward_ms"], d["time_breakdown"]
     out.append(
         "bare model forwards (no engine): "
         + ", ".join(f"{name} {ms:.2f} ms" for name, ms in raw.items())
-        + f"; per speculative round: draft {tb['draft_ms_per_round']:.2f} ms, verify {tb['verify_ms_per_round']:.2f} ms, "
-        f"prefills {tb['prefill_ms_per_round']:.2f} ms, generator/other {tb['other_ms_per_round']:.2f} ms (round {tb['round_ms']:.2f} ms)"
+        + f"; per speculative round: draft {tb['draft_ms_per_round']:.2f} ms, "
+        f"verify {tb['verify_ms_per_round']:.2f} ms, "
+        f"prefills {tb['prefill_ms_per_round']:.2f} ms, "
+        f"generator/other {tb['other_ms_per_round']:.2f} ms "
+        f"(round {tb['round_ms']:.2f} ms)"
     )
     om = d["outputs_match"]
     out.append(
-        f"greedy outputs identical: ours plain = HF generate: {om['plain_vs_hf']}, ours spec = ours plain: {om['spec_vs_plain']}, HF assisted = ours plain: {om['hf_assisted_vs_plain']}"
+        f"greedy outputs identical: ours plain = HF generate: {om['plain_vs_hf']}, "
+        f"ours spec = ours plain: {om['spec_vs_plain']}, "
+        f"HF assisted = ours plain: {om['hf_assisted_vs_plain']}"
     )
     sm = result.get("smollm2", {})
     if "skipped" in sm:
@@ -744,7 +752,9 @@ def format_table(result: dict[str, Any]) -> str:
         + ", ".join(f"{k} {'OK' if v else 'MISSED'}" for k, v in result["targets"].items())
     )
     out.append(
-        f"({result['device']}, {result['dtype']}, {result['threads']} threads, torch {result['torch']}, transformers {result['transformers']}, {result['seconds']:.0f} s)"
+        f"({result['device']}, {result['dtype']}, {result['threads']} threads, "
+        f"torch {result['torch']}, "
+        f"transformers {result['transformers']}, {result['seconds']:.0f} s)"
     )
     return "\n".join(out)
 

@@ -163,7 +163,8 @@ def run_sweep(
     )
     if prompt_len + new_tokens + max(ks) + 2 > max_len:
         raise ValueError(
-            f"prompt {prompt_len} + {new_tokens} new tokens does not fit the models' {max_len} positions"
+            f"prompt {prompt_len} + {new_tokens} new tokens "
+            f"does not fit the models' {max_len} positions"
         )
     timings, all_t = Timings(), Timings()
     _instrument(verify, draft, timings, now)
@@ -395,7 +396,8 @@ def format_rows(report: dict) -> str:
     for r in report["rows"]:
         mark = (" <- planner" if r["chosen"] else "") + (" (best measured)" if r["best"] else "")
         lines.append(
-            f"{r['batch']:>5} {r['k']:>2} {r['measured_tps']:>15.1f} {r['predicted_tps']:>16.1f} {r['error']:>6.1%}{mark}"
+            f"{r['batch']:>5} {r['k']:>2} {r['measured_tps']:>15.1f} {r['predicted_tps']:>16.1f} "
+            f"{r['error']:>6.1%}{mark}"
         )
     lines.append(
         f"acceptance input: {report['acceptance_input']}"

@@ -458,10 +458,12 @@ def bench(
 
 def _line(mode: str, n: int, r: dict) -> str:
     return (
-        f"{mode:5s} N={n:<3d} workers {r['tokens_per_s']:7.1f} tok/s  ITL p50 {r['itl_ms_p50']:6.1f} ms "
+        f"{mode:5s} N={n:<3d} workers {r['tokens_per_s']:7.1f} tok/s  "
+        f"ITL p50 {r['itl_ms_p50']:6.1f} ms "
         f"p99 {r['itl_ms_p99']:6.1f} ms  TTFT p50 {r['ttft_ms_p50']:6.0f} ms | in-process "
         f"{r['inprocess']['tokens_per_s']:7.1f} tok/s  ratio {r['workers_vs_inprocess']:.2f} | "
-        f"verify batch mean {r['mean_verify_batch']:.1f} | busy: verifier {r['verify_busy_frac']:.2f}"
+        f"verify batch mean {r['mean_verify_batch']:.1f} "
+        f"| busy: verifier {r['verify_busy_frac']:.2f}"
         f" drafter {r['draft_busy_frac']:.2f} | greedy identical {r['greedy_identical']}"
     )
 

@@ -209,7 +209,8 @@ class VerifyEngine:
                 raise ValueError("empty prompt: pass at least one token (e.g. BOS)")
             if len(prompt) >= self.cache.max_len:
                 raise PromptTooLong(
-                    f"prompt of {len(prompt)} tokens does not fit max_len {self.cache.max_len} (one position is kept for generation)"
+                    f"prompt of {len(prompt)} tokens does not fit max_len {self.cache.max_len} "
+                    "(one position is kept for generation)"
                 )
             if max(prompt) >= self.vocab_size or min(prompt) < 0:
                 raise ValueError("prompt token id out of the vocabulary")

@@ -176,7 +176,7 @@ class VerifyLoop(BaseLoop):
         out += [g for g, s in self.seqs.items() if s.drafter is None and g not in self.pending]
         return out
 
-    # -- prefill -------------------------------------------------------------------------------------
+    # -- prefill -----------------------------------------------------------------------------------
     def _fresh(self, starts: list[dict]) -> list[dict]:
         """Starts still to serve. A start of a later attempt of a sequence held here (it was
         re-routed back to this node and overtook the old attempt's cancel, which comes
@@ -297,7 +297,7 @@ class VerifyLoop(BaseLoop):
         tokens = [t for _, e in events if e.get("type") == "tokens" for t in e["tokens"]]
         return tokens, streams.collect_text(events)
 
-    # -- verification ---------------------------------------------------------------------------------
+    # -- verification ------------------------------------------------------------------------------
     def _verify(self, batch: list[str]) -> None:
         items = []
         for g in batch:

@@ -1,6 +1,7 @@
-"""The proof: the official `openai` client, unchanged, against daphne (the production ASGI
-server, a subprocess) and REAL worker processes (`manage.py run_node`, one drafter and one verifier, real Redis, the test
-database) -- greedy output equals the engine's in-process output for the same prompt ids."""
+"""The proof: the official `openai` client, unchanged, against daphne (the production ASGI server, a
+subprocess) and REAL worker processes (`manage.py run_node`, one drafter and one verifier, real
+Redis, the test database) -- greedy output equals the engine's in-process output for the same prompt
+ids."""
 
 from __future__ import annotations
 

@@ -101,7 +101,8 @@ def database_url() -> str:
         # the same options as settings' default SQLite: IMMEDIATE writers wait, never deadlock
         return f"sqlite:///{name}?timeout=20&transaction_mode=IMMEDIATE"
     s = connection.settings_dict
-    return f"postgres://{s['USER']}:{s['PASSWORD']}@{s['HOST'] or 'localhost'}:{s['PORT'] or 5432}/{name}"
+    host, port = s["HOST"] or "localhost", s["PORT"] or 5432
+    return f"postgres://{s['USER']}:{s['PASSWORD']}@{host}:{port}/{name}"
 
 
 class Workers:
