@@ -20,7 +20,7 @@ from django.utils import timezone
 from fleet.nodes.choices import NodeState
 from fleet.nodes.models import Node
 from fleet.pipelines.models import Pipeline
-from inference import streams
+from inference import wire
 from inference.models import Generation, GenerationState
 from inference.router import NoCapacity, pick_pair
 from inference.selectors import generations_active
@@ -95,7 +95,7 @@ def _completion_tokens(generation_id) -> int:
     try:
         return sum(
             len(e.get("tokens", []))
-            for _, e in streams.read_all(generation_id)
+            for _, e in wire.read_all(generation_id)
             if e.get("type") == "tokens"
         )
     except Exception:  # the stream is best effort here; the row is the record
@@ -118,11 +118,9 @@ def _end(generation: Generation, *, state: str, finish_reason: str, error: str =
         for node_id in node_ids:
             messaging.send(node_id, "cancel", {"gen": str(gid)})
         if error:
-            streams.publish(gid, streams.error_event(error))
+            wire.publish(gid, wire.error_event(error))
         else:
-            streams.publish(
-                gid, streams.done_event(finish_reason, prompt_n, _completion_tokens(gid))
-            )
+            wire.publish(gid, wire.done_event(finish_reason, prompt_n, _completion_tokens(gid)))
 
     transaction.on_commit(after)
 
@@ -259,7 +257,7 @@ def generation_reroute(
     gid, verifier_id = generation.pk, pair.verifier.pk
 
     def after():
-        streams.publish(gid, streams.requeued_event(reason))
+        wire.publish(gid, wire.requeued_event(reason))
         for node_id in old:  # the old attempt ends there (a live node frees its slots)
             messaging.send(node_id, "cancel", {"gen": str(gid), "attempt": old_attempt})
         messaging.send(verifier_id, "start", payload)

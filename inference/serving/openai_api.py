@@ -31,9 +31,10 @@ from redis.exceptions import RedisError
 from fleet.accounts.access import can
 from fleet.accounts.authentication import bearer_token, user_for_request_key
 from fleet.accounts.key_throttle import KeyAuthLocked
-from inference import readiness, services, sse
+from inference import services
 from inference.models import Generation
-from inference.openai_format import (
+from inference.serving import readiness, sse
+from inference.serving.openai_format import (
     Job,
     OpenAIError,
     Options,
@@ -46,7 +47,7 @@ from inference.openai_format import (
     openai_finish_reason,
     sse_data,
 )
-from inference.submission import (
+from inference.serving.request_rules import (
     ModelNotFound,
     Prepared,
     RequestError,
@@ -301,7 +302,7 @@ async def chat_completions(request, caller: Caller):
     turns = [message_text(m, i) for i, m in enumerate(messages)]
 
     def render(pipeline) -> str:
-        from inference.submission import tokenizer_for
+        from inference.serving.request_rules import tokenizer_for
 
         return tokenizer_for(pipeline).chat_prompt([{"role": r, "content": c} for r, c in turns])
 

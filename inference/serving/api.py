@@ -26,9 +26,10 @@ from rest_framework.reverse import reverse
 from fleet.accounts.access import can
 from fleet.accounts.authentication import bearer_token
 from fleet.accounts.key_throttle import KeyAuthLocked
-from inference import services, sse, streams
+from inference import services, wire
 from inference.models import Generation, GenerationState
-from inference.submission import (
+from inference.serving import sse
+from inference.serving.request_rules import (
     MAX_STOP_LENGTH,
     MAX_STOP_SEQUENCES,
     SEED_MAX,
@@ -223,12 +224,12 @@ def live_output(generation: Generation) -> dict | None:
     """Text and token count so far from the generation's stream while it is not ended."""
     if generation.is_terminal:
         return None
-    events = streams.read_all(generation.id)
+    events = wire.read_all(generation.id)
     n = 0
     for _id, event in events:
         if event.get("type") == "tokens":
             n = event.get("n", n + len(event.get("tokens", [])))
-    return {"text": streams.collect_text(events), "n": n}
+    return {"text": wire.collect_text(events), "n": n}
 
 
 class GenerationListCreate(generics.ListCreateAPIView):
