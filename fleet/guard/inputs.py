@@ -81,7 +81,7 @@ def check_value(value, *, nul_ok: frozenset[str] = frozenset(), max_depth: int =
                 raise InputError(f"JSON may be nested at most {max_depth} levels deep.", path)
             if isinstance(item, dict):
                 for key, child in item.items():
-                    check_text(key, path=path or "(a key)")
+                    check_text(key, path=path)  # a bad key is named by its parent
                     child_path = _child(path, key)
                     allowed = nul_allowed or (depth == 0 and key in nul_ok)
                     stack.append((child, child_path, depth + 1, allowed))
