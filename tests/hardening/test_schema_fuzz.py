@@ -65,6 +65,7 @@ def admin_key(world, admin):
     suppress_health_check=list(HealthCheck),
 )
 @pytest.mark.filterwarnings("ignore")
+@pytest.mark.slow  # ~25 s for ~46 operations on one core
 def test_no_server_errors_and_the_schema_holds(case, admin_key):
     response = case.call(headers=admin_key.headers())
     case.validate_response(response, checks=CHECKS)
