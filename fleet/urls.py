@@ -32,3 +32,9 @@ urlpatterns = [
     path("planner/", include("fleet.planner.urls")),
     path("", include("fleet.console.urls")),
 ]
+
+# JSON errors on /api/ and /v1/ paths (413 for bodies over the upload limit), pages elsewhere.
+handler400 = "fleet.guard.pages.bad_request"
+handler403 = "fleet.guard.pages.permission_denied"
+handler404 = "fleet.guard.pages.page_not_found"
+handler500 = "fleet.guard.pages.server_error"

@@ -15,7 +15,6 @@ end, the generation is cancelled so its KV slots are freed on both nodes.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from redis.exceptions import RedisError
 from fleet.accounts.access import can
 from fleet.accounts.authentication import bearer_token, user_for_request_key
 from fleet.accounts.key_throttle import KeyAuthLocked
+from fleet.guard.inputs import InputError, load_json
 from inference import services
 from inference.models import Generation
 from inference.serving import readiness, sse
@@ -65,6 +65,8 @@ IDLE_TIMEOUT_S = 120.0  # no event on a generation's stream for this long -> giv
 BLOCK_MS = 1000
 # A silent stream writes a comment this often: how a server notices that its client left.
 KEEPALIVE_S = 2.0
+# Prompts may hold NUL (a byte-level model's text; the service stores it as U+FFFD).
+NUL_OK = frozenset({"prompt", "messages"})
 # --- authentication, method and error handling: one decorator ------------------------------
 
 
@@ -161,9 +163,9 @@ def _json_body(request: HttpRequest) -> dict:
     except RequestDataTooBig as exc:
         raise OpenAIError(413, "The request body is too large.") from exc
     try:
-        body = json.loads(raw or b"null")
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise OpenAIError(400, f"The request body is not valid JSON: {exc}") from exc
+        body = load_json(raw or b"null", nul_ok=NUL_OK)
+    except InputError as exc:
+        raise OpenAIError(400, exc.message, param=exc.path or None) from exc
     if not isinstance(body, dict):
         raise OpenAIError(400, "The request body must be a JSON object.")
     return body
