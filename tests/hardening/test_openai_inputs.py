@@ -26,28 +26,29 @@ SURROGATES = [
         "/v1/chat/completions",
         f'{{"model": "demo", "messages": [{{"role": "user", "content": "{S}"}}]}}',
         "messages[0].content",
-    ),  # noqa: E501
+    ),
     (
         "/v1/chat/completions",
         f'{{"model": "demo", "messages": [{{"role": "{S}", "content": "x"}}]}}',
         "messages[0].role",
-    ),  # noqa: E501
+    ),
     (
         "/v1/chat/completions",
-        f'{{"model": "demo", "messages": [{{"role": "user", "content": [{{"type": "text", "text": "{S}"}}]}}]}}',
+        '{"model": "demo", "messages": [{"role": "user", '
+        f'"content": [{{"type": "text", "text": "{S}"}}]}}]}}',
         "messages[0].content[0].text",
-    ),  # noqa: E501
+    ),
     (
         "/v1/chat/completions",
         f'{{"model": "demo", "messages": [{{"role": "user", "name": "{S}", "content": "x"}}]}}',
         "messages[0].name",
-    ),  # noqa: E501
+    ),
     ("/v1/chat/completions", CHAT % f'"stop": "{S}"', "stop"),
     (
         "/v1/chat/completions",
         CHAT % f'"response_format": {{"type": "{S}"}}',
         "response_format.type",
-    ),  # noqa: E501
+    ),
 ]
 HUGE = [2**63, -(2**63) - 1, 2**64, 10**300]
 INTEGER_FIELDS = ["max_tokens", "seed", "top_k", "n", "max_completion_tokens", "logprobs"]
