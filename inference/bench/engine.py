@@ -38,7 +38,7 @@ import torch
 from inference.engine.checkpoints import load_checkpoint
 from inference.engine.engines import DraftEngine, VerifyEngine
 
-from .models import find_or_convert_smollm2, load_hf
+from .model_sources import find_or_convert_smollm2, load_hf
 from .prompts import docstring_request, function_sources, stdlib_prompts
 from .spec_arithmetic import alpha_from_positions
 from .timing import (

@@ -20,8 +20,8 @@ from tokenizers import Tokenizer as _HFTokenizer
 
 from .checkpoints import build_model
 from .config import ModelConfig
-from .model import Transformer
 from .tokenizer import Tokenizer
+from .transformer import Transformer
 
 _LAYER_NAMES = {
     "attn_norm": "input_layernorm",
