@@ -31,8 +31,8 @@ from inference.engine.config import ModelConfig
 from inference.engine.engines import VerifyEngine
 from inference.engine.generator import generate
 from inference.engine.memory import weights_memory
-from inference.engine.model import Transformer
 from inference.engine.sampling import SamplingParams
+from inference.engine.transformer import Transformer
 
 from .spec_arithmetic import median
 

@@ -11,8 +11,8 @@ import torch
 
 from inference.engine.config import ModelConfig
 from inference.engine.engines import VerifyEngine
-from inference.engine.model import Transformer
 from inference.engine.sampling import SamplingParams
+from inference.engine.transformer import Transformer
 
 SHAPES = {
     "tiny": dict(

@@ -20,10 +20,10 @@ from .drafters import ModelDrafter, NgramDrafter
 from .graphs import make_runner
 from .kv_cache import CacheFull, CacheOverflow, KVCache
 from .messages import Draft, SeqId, VerifyResult, draft_q
-from .model import Transformer, right_pad
 from .rejection import rejection_sample
 from .sampling import SamplingParams, exp_noise, logits_to_probs, make_generator, sample
 from .tokenizer import Tokenizer
+from .transformer import Transformer, right_pad
 
 
 class IncompatibleDrafter(ValueError):

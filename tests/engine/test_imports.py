@@ -2,8 +2,8 @@ import subprocess
 import sys
 
 MODULES = (
-    "config counters drafters engines generator gguf_file kv_cache checkpoints messages model "
-    "rejection sampling tokenizer"
+    "checkpoints config counters drafters engines generator gguf_file kv_cache messages "
+    "rejection sampling tokenizer transformer"
 ).split()
 
 

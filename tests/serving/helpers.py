@@ -20,8 +20,8 @@ from fleet.pipelines.models import Pipeline, Placement
 from inference import wire
 from inference.engine.checkpoints import save_checkpoint
 from inference.engine.config import ModelConfig
-from inference.engine.model import Transformer
 from inference.engine.tokenizer import Tokenizer
+from inference.engine.transformer import Transformer
 from inference.training import byte_tokenizer as bt
 
 ROOT = Path(__file__).resolve().parents[2]
