@@ -35,6 +35,8 @@ def _secret_key() -> str:
 SECRET_KEY = _secret_key()
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+# A CSRF failure on an API path answers the API's JSON error, pages keep Django's page.
+CSRF_FAILURE_VIEW = "fleet.guard.pages.csrf_failure"
 
 INSTALLED_APPS = [
     "daphne",

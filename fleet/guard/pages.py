@@ -47,3 +47,11 @@ def page_not_found(request, exception=None):
 def server_error(request):
     message = "The server had an error processing your request."
     return _json(request, 500, message, "server_error") or defaults.server_error(request)
+
+
+def csrf_failure(request, reason=""):
+    """CSRF_FAILURE_VIEW: a session-authenticated write without a valid CSRF token."""
+    from django.views.csrf import csrf_failure as html_csrf_failure
+
+    message = f"CSRF verification failed: {reason}" if reason else "CSRF verification failed."
+    return _json(request, 403, message, "csrf_failed") or html_csrf_failure(request, reason)

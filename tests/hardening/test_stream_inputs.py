@@ -31,7 +31,8 @@ def test_a_valid_last_event_id_resumes_after_it(world, as_persona):
     wire.publish(gid, wire.done_event("stop", 2, 2))
     response = as_persona("admin").get(url(world), HTTP_LAST_EVENT_ID=first)
     raw = b"".join(response).decode()
-    assert '"text": "h"' not in raw and '"text":"i"' in raw and "event: done" in raw
+    compact = raw.replace(" ", "")  # however the events are laid out
+    assert '"text":"h"' not in compact and '"text":"i"' in compact and "event: done" in raw
 
 
 def test_a_stream_that_fails_after_its_headers_ends_with_an_error_event(world, as_persona):
