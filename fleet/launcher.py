@@ -330,7 +330,9 @@ class Supervisor:
         """Stops every child, last started first; SIGKILL after each child's timeout."""
         while self.children:
             child = self.children.pop()
-            if child.process is not None:
+            # A child already seen dead had its group killed then (`_died`); its pid may since
+            # belong to someone else's process, which must not get our signals.
+            if child.process is not None and child.state == RUNNING:
                 self._stop(child.spec, child.process)
         if self.state_file is not None:
             self.state_file.unlink(missing_ok=True)

@@ -318,3 +318,28 @@ def test_generations_a_previous_run_left_active_are_ended_at_start(
     g.refresh_from_db()
     assert g.state == "failed" and "was not running when Tandem started" in g.error
     assert wire.read_all(g.pk)[-1][1]["type"] == "error"
+
+
+def test_stop_sends_nothing_to_the_old_group_of_a_child_given_up_on(tmp_path, monkeypatch):
+    """A child given up on had its group killed when it died; at stop its pid may belong to
+    another process, so `stop_all` must not signal that pid's group again."""
+    supervisor = Supervisor(
+        env=dict(os.environ),
+        log=lambda line: None,
+        policy=RestartPolicy(initial_backoff_s=0.05, give_up_after=1),
+    )
+    supervisor.start(ChildSpec("steady", [sys.executable, "-c", "import time; time.sleep(60)"]))
+    supervisor.start(ChildSpec("doomed", _crasher(tmp_path / "starts", code=3)))
+    steady, doomed = supervisor.children
+    _supervise(supervisor, lambda: doomed.state == "failed")
+    signalled: list[int] = []
+    real_killpg = os.killpg
+
+    def recording_killpg(pgid, sig):
+        signalled.append(pgid)
+        return real_killpg(pgid, sig)
+
+    monkeypatch.setattr(os, "killpg", recording_killpg)
+    supervisor.stop_all()
+    assert doomed.process.pid not in signalled
+    assert steady.process.pid in signalled and steady.process.poll() is not None
