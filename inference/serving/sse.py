@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator
 
 import redis.asyncio as aioredis
 
+from fleet import redis_clients
 from inference import wire
 
 KEEPALIVE = "keepalive"  # the tick's event type
@@ -41,7 +42,7 @@ async def _pump(
     block_ms: int,
     idle_timeout_s: float,
 ) -> None:
-    client = aioredis.Redis.from_url(wire.redis_url())
+    client = aioredis.Redis.from_url(redis_clients.redis_url())
     quiet_since = time.monotonic()
     try:
         while not stop.is_set():
