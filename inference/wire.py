@@ -5,8 +5,8 @@ them. Every client comes from `fleet.redis_clients` (one per thread, one per eve
 Three things cross:
 
 - **Token streams**: one Redis stream per generation, `tandem:gen:<uuid>`. Workers
-  `publish()` events (sync); the web side follows them (`inference.serving.sse.follow`) or
-  reads them at once with `read_all()`.
+  `publish()` events (sync); the web side follows them (`inference.serving.sse.follow`,
+  async) or reads them at once with `read_all()`.
 - **Messages to node workers** (`send`, `receive`): control messages through Celery, round
   messages through a Redis list per node.
 - **Warm-up state** (`warmup_publish`, `warmup_status`): what a pipeline waits for before
@@ -28,12 +28,10 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict
 
 import redis
-import redis.asyncio as aioredis
 
 from fleet import redis_clients
 
@@ -103,14 +101,14 @@ def requeued_event(reason: str) -> RequeuedEvent:
     return {"type": "requeued", "reason": reason}
 
 
-def _decode(fields: dict) -> dict[str, Any]:
+def decode_event(fields: dict) -> dict[str, Any]:
     raw = fields.get(b"e", fields.get("e"))
     if isinstance(raw, bytes):
         raw = raw.decode()
     return json.loads(raw)
 
 
-def _id(raw) -> str:
+def decode_id(raw) -> str:
     return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
@@ -126,7 +124,7 @@ def publish(generation_id, event: Event | dict, *, client: redis.Redis | None = 
         # A stream whose worker vanished must not live forever either.
         pipe.expire(key, TTL_S * 6)
     entry_id = pipe.execute()[0]
-    return _id(entry_id)
+    return decode_id(entry_id)
 
 
 def publish_many(items: list[tuple[Any, dict]], *, client: redis.Redis | None = None) -> None:
@@ -147,38 +145,7 @@ def read_all(generation_id, *, last_id: str = "0") -> list[tuple[str, dict]]:
     entries = redis_clients.client().xrange(
         stream_key(generation_id), min=f"({last_id}" if last_id not in ("0", "-") else "-"
     )
-    return [(_id(entry_id), _decode(fields)) for entry_id, fields in entries]
-
-
-async def follow(
-    generation_id, *, last_id: str = "0", block_ms: int = 5000, timeout_s: float | None = None
-) -> AsyncIterator[tuple[str, dict]]:
-    """Yield (id, event) from `last_id` on; ends after a done or error event.
-
-    With `timeout_s`, gives up (returns) after that many seconds without any event, so a
-    caller never waits forever on a stream nobody writes to.
-    """
-    client = aioredis.Redis.from_url(redis_clients.redis_url())
-    key = stream_key(generation_id)
-    cursor = last_id or "0"
-    quiet_since = time.monotonic()
-    try:
-        while True:
-            reply = await client.xread({key: cursor}, count=100, block=block_ms)
-            if not reply:
-                if timeout_s is not None and time.monotonic() - quiet_since > timeout_s:
-                    return
-                continue
-            quiet_since = time.monotonic()
-            for _key, entries in reply:
-                for entry_id, fields in entries:
-                    cursor = _id(entry_id)
-                    event = _decode(fields)
-                    yield cursor, event
-                    if event.get("type") in TERMINAL_TYPES:
-                        return
-    finally:
-        await client.aclose()
+    return [(decode_id(entry_id), decode_event(fields)) for entry_id, fields in entries]
 
 
 def collect_text(events: list[tuple[str, dict]]) -> str:
