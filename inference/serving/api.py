@@ -25,8 +25,7 @@ from rest_framework.response import Response
 from rest_framework.reverse import reverse
 
 from fleet.accounts.access import can
-from fleet.accounts.authentication import bearer_token
-from fleet.accounts.key_throttle import KeyAuthLocked
+from fleet.accounts.principal import Refused, principal_for
 from inference import services, wire
 from inference.models import Generation, GenerationState
 from inference.serving import sse
@@ -307,33 +306,13 @@ class GenerationDetail(generics.RetrieveDestroyAPIView):
 # --- server-sent events for one generation (async: an open stream holds no thread) ----------
 
 
-def _stream_principal(request, token: str | None):
-    """The user behind an API key; None if the key is missing or wrong. Raises
-    KeyAuthLocked while the client's address is locked out of key authentication."""
-    from fleet.accounts.authentication import user_for_request_key
-
-    return user_for_request_key(request, token) if token and token.startswith("tdm_") else None
-
-
 def _stream_refusal(request, generation_id) -> JsonResponse | None:
     """Authentication, permission and existence checks of a stream request, in one hop to
     the sync thread (which every POST shares): None when the stream may be served."""
-    token = bearer_token(request)
-    if token is not None:
-        try:
-            user = _stream_principal(request, token)
-        except KeyAuthLocked as exc:
-            response = JsonResponse({"detail": str(exc)}, status=429)
-            response["Retry-After"] = str(exc.retry_after)
-            return response
-        if user is None:
-            return JsonResponse({"detail": "Invalid or revoked API key."}, status=401)
-    else:
-        user = request.user
-        if not user.is_authenticated:
-            return JsonResponse(
-                {"detail": "Authentication credentials were not provided."}, status=401
-            )
+    try:
+        user = principal_for(request)  # an API key, or the session's user
+    except Refused as refused:
+        return refused.response()
     if not can(user, "view"):
         return JsonResponse(
             {"detail": "You do not have permission to perform this action."}, status=403
