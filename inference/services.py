@@ -38,7 +38,6 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_DEADLINE_S = 600  # a generation still active this long after submit fails
 MAX_ATTEMPTS = 3  # first run + two re-routes
-S = GenerationState
 
 
 def _locked(generation: Generation) -> Generation:
@@ -130,7 +129,7 @@ def generation_cancel(*, generation: Generation, actor=None) -> Generation:
     generation = _locked(generation)
     if generation.is_terminal:
         return generation
-    _end(generation, state=S.CANCELLED, finish_reason="cancelled")
+    _end(generation, state=GenerationState.CANCELLED, finish_reason="cancelled")
     return generation
 
 
@@ -141,7 +140,7 @@ def generation_fail(
     generation = _locked(generation)
     if generation.is_terminal:
         return generation
-    _end(generation, state=S.FAILED, finish_reason=finish_reason, error=error)
+    _end(generation, state=GenerationState.FAILED, finish_reason=finish_reason, error=error)
     return generation
 
 
@@ -166,13 +165,13 @@ def generations_claim(*, starts: list[tuple[str, int]], now: datetime | None = N
         by_attempt.setdefault(attempt, []).append(gid)
     for attempt, ids in by_attempt.items():
         with transaction.atomic():
-            Generation.objects.filter(pk__in=ids, state=S.QUEUED, attempts=attempt).update(
-                state=S.RUNNING, started_at=now
-            )
+            Generation.objects.filter(
+                pk__in=ids, state=GenerationState.QUEUED, attempts=attempt
+            ).update(state=GenerationState.RUNNING, started_at=now)
             claimed |= {
                 str(pk)
                 for pk in Generation.objects.filter(
-                    pk__in=ids, state=S.RUNNING, attempts=attempt, started_at=now
+                    pk__in=ids, state=GenerationState.RUNNING, attempts=attempt, started_at=now
                 ).values_list("pk", flat=True)
             }
     return claimed
@@ -194,9 +193,11 @@ def generation_finish(
     error: str = "",
 ) -> bool:
     """running -> finished (or failed with `error`) by the verifier that ran this attempt."""
-    state = S.FAILED if error else S.FINISHED
+    state = GenerationState.FAILED if error else GenerationState.FINISHED
     return bool(
-        Generation.objects.filter(pk=generation_id, state=S.RUNNING, attempts=attempt).update(
+        Generation.objects.filter(
+            pk=generation_id, state=GenerationState.RUNNING, attempts=attempt
+        ).update(
             state=state,
             finish_reason=finish_reason,
             error=db_text(error),
@@ -235,7 +236,7 @@ def generation_reroute(
     if generation.attempts >= MAX_ATTEMPTS:
         _end(
             generation,
-            state=S.FAILED,
+            state=GenerationState.FAILED,
             finish_reason="error",
             error=f"{reason}; gave up after {generation.attempts} attempts",
         )
@@ -243,11 +244,16 @@ def generation_reroute(
     try:
         pair = pick_pair(generation.pipeline, exclude=bad)
     except NoCapacity as exc:
-        _end(generation, state=S.FAILED, finish_reason="error", error=f"{reason}; {exc}")
+        _end(
+            generation,
+            state=GenerationState.FAILED,
+            finish_reason="error",
+            error=f"{reason}; {exc}",
+        )
         return generation
-    if generation.state != S.QUEUED:
-        generation.check_transition(S.QUEUED)
-        generation.state = S.QUEUED
+    if generation.state != GenerationState.QUEUED:
+        generation.check_transition(GenerationState.QUEUED)
+        generation.state = GenerationState.QUEUED
     old_attempt = generation.attempts
     generation.drafter, generation.verifier = pair.drafter, pair.verifier
     generation.attempts += 1
@@ -297,7 +303,7 @@ def _reroute_all(generations, report: dict, *, why: str = "") -> None:
         g = generation_reroute(generation=g, reason=reason, attempt=seen)
         if g.attempts > seen:
             report["rerouted"].append(str(g.pk))
-        elif g.state == S.FAILED:
+        elif g.state == GenerationState.FAILED:
             report["failed"].append(str(g.pk))
 
 

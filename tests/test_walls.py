@@ -227,7 +227,7 @@ def test_nodes_pipelines_and_accounts_never_reach_up():
 @pytest.mark.xfail(
     strict=True,
     reason="issue 11: stale `except ImportError` around first-party imports in "
-    "fleet/pipelines/services.py, fleet/planner/inputs.py, inference/agent.py",
+    "fleet/pipelines/services.py, fleet/planner/inputs.py",
 )
 def test_no_import_error_fallbacks_around_our_own_modules():
     """A first-party module is always there: a fallback only hides a broken import."""
