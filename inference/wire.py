@@ -74,7 +74,7 @@ def is_entry_id(text: str) -> bool:
     """A Redis stream id (`<ms>` or `<ms>-<seq>`, each an unsigned 64-bit number), as a
     client may send it back in `Last-Event-ID`; Redis refuses anything else mid-stream."""
     match = _ENTRY_ID.match(text)
-    return bool(match) and all(int(part or 0) <= _U64_MAX for part in match.groups())
+    return match is not None and all(int(part or 0) <= _U64_MAX for part in match.groups())
 
 
 def stream_key(generation_id) -> str:
@@ -101,7 +101,8 @@ def requeued_event(reason: str) -> RequeuedEvent:
     return {"type": "requeued", "reason": reason}
 
 
-def decode_event(fields: dict) -> dict[str, Any]:
+def decode_event(fields: Any) -> dict[str, Any]:
+    """The event of a stream entry's fields (redis-py gives bytes keys and values)."""
     raw = fields.get(b"e", fields.get("e"))
     if isinstance(raw, bytes):
         raw = raw.decode()
@@ -142,7 +143,7 @@ def publish_many(items: list[tuple[Any, dict]], *, client: redis.Redis | None = 
 
 def read_all(generation_id, *, last_id: str = "0") -> list[tuple[str, dict]]:
     """Every event after `last_id`, oldest first (sync)."""
-    entries = redis_clients.client().xrange(
+    entries: Any = redis_clients.client().xrange(
         stream_key(generation_id), min=f"({last_id}" if last_id not in ("0", "-") else "-"
     )
     return [(decode_id(entry_id), decode_event(fields)) for entry_id, fields in entries]

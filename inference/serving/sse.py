@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import redis.asyncio as aioredis
 
@@ -45,7 +46,7 @@ async def _pump(
     quiet_since = time.monotonic()
     try:
         while not stop.is_set():
-            reply = await client.xread({key: cursor}, count=100, block=block_ms)
+            reply: Any = await client.xread({key: cursor}, count=100, block=block_ms)
             if not reply:
                 if time.monotonic() - quiet_since > idle_timeout_s:
                     queue.put_nowait((None, {"type": TIMEOUT}))
