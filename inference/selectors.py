@@ -6,6 +6,8 @@ import json
 
 from django.db.models import Count, Q, QuerySet
 
+from fleet import redis_clients
+from inference import wire
 from inference.models import TERMINAL_STATES, Generation, GenerationState
 
 ACTIVE_STATES = (GenerationState.QUEUED, GenerationState.RUNNING)
@@ -41,11 +43,5 @@ def is_terminal_state(state: str) -> bool:
 def node_inspect(node_id: int) -> dict | None:
     """What a node worker last said it holds (KV slots in use, sequence ids), or None if
     no worker of that node has reported. Written by the worker at each change."""
-    from inference.wire import _client
-
-    raw = _client().get(inspect_key(node_id))
+    raw = redis_clients.client().get(wire.inspect_key(node_id))
     return json.loads(raw) if raw else None
-
-
-def inspect_key(node_id: int) -> str:
-    return f"tandem:node:{node_id}:inspect"

@@ -24,7 +24,6 @@ from inference import wire
 from inference.models import Generation, GenerationState
 from inference.router import NoCapacity, pick_pair
 from inference.selectors import generations_active
-from inference.worker import messaging
 
 __all__ = [
     "NoCapacity",
@@ -86,7 +85,7 @@ def generation_submit(
     )
     payload = start_payload(generation)
     verifier_id = pair.verifier.pk
-    transaction.on_commit(lambda: messaging.send(verifier_id, "start", payload))
+    transaction.on_commit(lambda: wire.send(verifier_id, "start", payload))
     return generation
 
 
@@ -115,7 +114,7 @@ def _end(generation: Generation, *, state: str, finish_reason: str, error: str =
 
     def after():
         for node_id in node_ids:
-            messaging.send(node_id, "cancel", {"gen": str(gid)})
+            wire.send(node_id, "cancel", {"gen": str(gid)})
         if error:
             wire.publish(gid, wire.error_event(error))
         else:
@@ -150,7 +149,7 @@ def push_pipeline_config(pipeline: Pipeline) -> None:
     apply it between rounds. Call after commit. In-flight sequences keep going."""
     payload = {"pipeline": pipeline.pk, "version": pipeline.version, "config": pipeline.config()}
     for node_id in pipeline.placements.values_list("node_id", flat=True):
-        messaging.send(node_id, "config", payload)
+        wire.send(node_id, "config", payload)
 
 
 # --- worker side: the verifier owns a running generation's row -------------------------------
@@ -265,8 +264,8 @@ def generation_reroute(
     def after():
         wire.publish(gid, wire.requeued_event(reason))
         for node_id in old:  # the old attempt ends there (a live node frees its slots)
-            messaging.send(node_id, "cancel", {"gen": str(gid), "attempt": old_attempt})
-        messaging.send(verifier_id, "start", payload)
+            wire.send(node_id, "cancel", {"gen": str(gid), "attempt": old_attempt})
+        wire.send(verifier_id, "start", payload)
 
     transaction.on_commit(after)
     return generation
@@ -322,7 +321,7 @@ def node_process_gone(*, node_ref: str, reason: str) -> dict:
     if node is None:
         return report
     node = node_mark_lost(node=node)
-    messaging.discard_rounds(node.pk)
+    wire.discard_rounds(node.pk)
     held = generations_active().filter(Q(verifier=node) | Q(drafter=node))
     _reroute_all(held, report, why=reason)
     if any(report.values()):

@@ -11,7 +11,7 @@ import logging
 
 from celery import shared_task
 
-from inference.worker.messaging import TASK
+from inference.wire import TASK
 
 logger = logging.getLogger(__name__)
 

@@ -183,11 +183,6 @@ def test_fleet_and_serving_import_nothing_of_the_torch_side():
     assert crossings(files, TORCH_SIDE) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 11: inference/services.py imports inference.worker.messaging; the shared "
-    "keys and messages move to the torch-free inference/wire.py",
-)
 def test_the_control_plane_side_of_inference_never_imports_the_node_side():
     files = source_files(*(f"inference/{m.split('.')[1]}.py" for m in SHARED_INFERENCE))
     files += source_files("inference/serving")
@@ -232,7 +227,7 @@ def test_nodes_pipelines_and_accounts_never_reach_up():
 @pytest.mark.xfail(
     strict=True,
     reason="issue 11: stale `except ImportError` around first-party imports in "
-    "fleet/pipelines/services.py, fleet/planner/inputs.py, inference/agent.py",
+    "fleet/pipelines/services.py, fleet/planner/inputs.py",
 )
 def test_no_import_error_fallbacks_around_our_own_modules():
     """A first-party module is always there: a fallback only hides a broken import."""
@@ -262,9 +257,8 @@ def test_no_import_error_fallbacks_around_our_own_modules():
 
 @pytest.mark.xfail(
     strict=True,
-    reason="issue 11: streams._client is imported by inference/worker/messaging.py, "
-    "worker/host.py and selectors.py (one public client per process in inference/wire.py); "
-    "planner/views.py imports pipelines.views._errors_text (pages validated by serializers)",
+    reason="issue 11: planner/views.py imports pipelines.views._errors_text (pages validated "
+    "by serializers)",
 )
 def test_no_module_imports_another_modules_private_name():
     found = []

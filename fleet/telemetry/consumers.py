@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import json
 import time
-import weakref
-from asyncio import get_running_loop
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.utils import timezone
 
+from fleet import redis_clients
 from fleet.accounts import live_sessions
 from fleet.accounts.access import can
 from fleet.telemetry import payloads
@@ -39,20 +38,10 @@ CLOSE_FORBIDDEN = 4403
 INTEREST_TTL_S = 300
 MAX_SUBSCRIPTIONS = 50
 
-_clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
 
 def _redis():
-    """One asyncio Redis client per event loop."""
-    import redis.asyncio as aioredis
-
-    from fleet.telemetry.ingest import redis_url
-
-    loop = get_running_loop()
-    client = _clients.get(loop)
-    if client is None:
-        client = _clients[loop] = aioredis.from_url(redis_url())
-    return client
+    """The event loop's asyncio Redis client."""
+    return redis_clients.async_client()
 
 
 @database_sync_to_async

@@ -30,9 +30,8 @@ import json
 from collections.abc import Iterable
 
 import redis as redis_lib
-from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
 
+from fleet import redis_clients
 from fleet.nodes.signing import signing_key as signing_key  # re-exported for publishers
 from fleet.nodes.signing import token_key
 from fleet.telemetry.samples import normalize
@@ -58,23 +57,12 @@ def encode(node_id: int, sample: dict, *, key: str) -> dict[str, str]:
     return {"node": str(int(node_id)), "body": body, "sig": sign(body, key)}
 
 
-_clients: dict[str, redis_lib.Redis] = {}
-
-
 def redis_url() -> str:
-    if not settings.REDIS_URL:
-        raise ImproperlyConfigured(
-            "REDIS_URL is not set and no embedded Redis is running: set REDIS_URL or start "
-            "Tandem with `make up`."
-        )
-    return settings.REDIS_URL
+    return redis_clients.redis_url()
 
 
-def client(url: str | None = None) -> redis_lib.Redis:
-    url = url or redis_url()
-    if url not in _clients:
-        _clients[url] = redis_lib.Redis.from_url(url)
-    return _clients[url]
+def client() -> redis_lib.Redis:
+    return redis_clients.client()
 
 
 def _key(node_id: int, token: str | None, key: str | None) -> str:

@@ -25,19 +25,18 @@ from rest_framework.response import Response
 from rest_framework.reverse import reverse
 
 from fleet.accounts.access import can
-from fleet.accounts.authentication import bearer_token
-from fleet.accounts.key_throttle import KeyAuthLocked
+from fleet.accounts.principal import Refused, principal_for
 from inference import services, wire
 from inference.models import Generation, GenerationState
 from inference.serving import sse
 from inference.serving.request_rules import (
-    MAX_STOP_LENGTH,
     MAX_STOP_SEQUENCES,
     SEED_MAX,
     TEMPERATURE_MAX,
     RequestError,
     pipeline_named,
     prepare,
+    stop_list,
 )
 
 log = logging.getLogger(__name__)
@@ -63,43 +62,34 @@ class NoCapacityError(APIException):
     }
 )
 class StopField(serializers.Field):
-    """A string or a list of up to four strings; always a list inside."""
-
-    default_error_messages = {
-        "invalid": "Give a string or a list of strings.",
-        "too_many": f"At most {MAX_STOP_SEQUENCES} stop sequences.",
-        "bad_item": f"Each stop sequence must be 1..{MAX_STOP_LENGTH} characters.",
-    }
+    """A string or a list of strings (`request_rules.stop_list`); always a list inside."""
 
     def to_internal_value(self, data):
-        if isinstance(data, str):
-            data = [data]
-        if not isinstance(data, list) or not all(isinstance(s, str) for s in data):
-            self.fail("invalid")
-        if len(data) > MAX_STOP_SEQUENCES:
-            self.fail("too_many")
-        if any(not s or len(s) > MAX_STOP_LENGTH for s in data):
-            self.fail("bad_item")
-        return data
+        try:
+            return stop_list(data)
+        except RequestError as exc:
+            raise serializers.ValidationError(exc.message, code=exc.code) from exc
 
     def to_representation(self, value):
         return value
 
 
 class GenerationCreateSerializer(serializers.Serializer):
+    """Types here; the rules (ranges, context length) are `request_rules.prepare`'s, the same
+    for /v1, and come back as errors of the field they name."""
+
     pipeline = serializers.SlugField(max_length=64)
     prompt = serializers.CharField(trim_whitespace=False, max_length=1_000_000)
-    max_tokens = serializers.IntegerField(min_value=1, required=False)
-    temperature = serializers.FloatField(min_value=0, max_value=TEMPERATURE_MAX, required=False)
-    top_k = serializers.IntegerField(min_value=0, required=False)
-    top_p = serializers.FloatField(max_value=1, required=False)
-    seed = serializers.IntegerField(min_value=0, max_value=SEED_MAX, required=False)
+    max_tokens = serializers.IntegerField(
+        required=False, help_text="At least 1; default: the rest of the model's context."
+    )
+    temperature = serializers.FloatField(
+        required=False, help_text=f"0..{TEMPERATURE_MAX:g} (default 1; 0 is greedy)."
+    )
+    top_k = serializers.IntegerField(required=False, help_text="0 (off, the default) or more.")
+    top_p = serializers.FloatField(required=False, help_text="Greater than 0, at most 1.")
+    seed = serializers.IntegerField(required=False, help_text=f"0..{SEED_MAX}.")
     stop = StopField(required=False)
-
-    def validate_top_p(self, value):
-        if value <= 0:
-            raise serializers.ValidationError("Must be greater than 0.")
-        return value
 
     def validate(self, attrs):
         try:
@@ -316,33 +306,13 @@ class GenerationDetail(generics.RetrieveDestroyAPIView):
 # --- server-sent events for one generation (async: an open stream holds no thread) ----------
 
 
-def _stream_principal(request, token: str | None):
-    """The user behind an API key; None if the key is missing or wrong. Raises
-    KeyAuthLocked while the client's address is locked out of key authentication."""
-    from fleet.accounts.authentication import user_for_request_key
-
-    return user_for_request_key(request, token) if token and token.startswith("tdm_") else None
-
-
 def _stream_refusal(request, generation_id) -> JsonResponse | None:
     """Authentication, permission and existence checks of a stream request, in one hop to
     the sync thread (which every POST shares): None when the stream may be served."""
-    token = bearer_token(request)
-    if token is not None:
-        try:
-            user = _stream_principal(request, token)
-        except KeyAuthLocked as exc:
-            response = JsonResponse({"detail": str(exc)}, status=429)
-            response["Retry-After"] = str(exc.retry_after)
-            return response
-        if user is None:
-            return JsonResponse({"detail": "Invalid or revoked API key."}, status=401)
-    else:
-        user = request.user
-        if not user.is_authenticated:
-            return JsonResponse(
-                {"detail": "Authentication credentials were not provided."}, status=401
-            )
+    try:
+        user = principal_for(request)  # an API key, or the session's user
+    except Refused as refused:
+        return refused.response()
     if not can(user, "view"):
         return JsonResponse(
             {"detail": "You do not have permission to perform this action."}, status=403

@@ -28,8 +28,7 @@ from django.views.decorators.csrf import csrf_exempt
 from redis.exceptions import RedisError
 
 from fleet.accounts.access import can
-from fleet.accounts.authentication import bearer_token, user_for_request_key
-from fleet.accounts.key_throttle import KeyAuthLocked
+from fleet.accounts.principal import Refused, principal_for
 from fleet.guard.inputs import InputError, load_json
 from inference import services
 from inference.models import Generation
@@ -70,30 +69,31 @@ NUL_OK = frozenset({"prompt", "messages"})
 # --- authentication, method and error handling: one decorator ------------------------------
 
 
-def _principal(request, token: str | None):
-    """(user, may_view, may_generate) for a Bearer token; raises OpenAIError (401, or 429
-    while the client's address is locked out of key authentication)."""
-    if token is None:
-        raise OpenAIError(
-            401,
-            "You didn't provide an API key. You need to provide your API key in an "
-            "Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
-            code="missing_api_key",
-        )
+def _principal(request):
+    """(user, may_view, may_generate) for the request's Bearer key (`principal_for`; no
+    session here); its refusals as OpenAIError (401, or 429 while the client's address is
+    locked out of key authentication)."""
     try:
-        user = user_for_request_key(request, token) if token.startswith("tdm_") else None
-    except KeyAuthLocked as exc:
-        raise OpenAIError(
-            429,
-            str(exc),
-            type="rate_limit_error",
-            code="rate_limit_exceeded",
-            headers={"Retry-After": str(exc.retry_after)},
-        ) from exc
-    if user is None:
+        user = principal_for(request, session=False)
+    except Refused as refused:
+        if refused.code == "locked_out":
+            raise OpenAIError(
+                429,
+                refused.detail,
+                type="rate_limit_error",
+                code="rate_limit_exceeded",
+                headers={"Retry-After": str(refused.retry_after)},
+            ) from refused
+        if refused.code == "missing_credentials":
+            raise OpenAIError(
+                401,
+                "You didn't provide an API key. You need to provide your API key in an "
+                "Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
+                code="missing_api_key",
+            ) from refused
         raise OpenAIError(
             401, "Incorrect API key provided.", code="invalid_api_key", type="invalid_request_error"
-        )
+        ) from refused
     return user, can(user, "view"), can(user, "generate")
 
 
@@ -117,9 +117,7 @@ def endpoint(method: str, action: str):
                     raise OpenAIError(
                         405, f"Method {request.method} is not allowed here; use {method}."
                     )
-                user, may_view, may_generate = await sync_to_async(_principal)(
-                    request, bearer_token(request)
-                )
+                user, may_view, may_generate = await sync_to_async(_principal)(request)
                 allowed = may_generate if action == "generate" else may_view
                 if not allowed:
                     raise OpenAIError(

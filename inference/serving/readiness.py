@@ -1,6 +1,6 @@
 """Why a pipeline cannot take a request yet, and when to ask again: the 503 + Retry-After a
 client gets instead of a hang or a confusing 400 while a pipeline's models are prepared
-(`inference.warmup`) or its node workers start.
+(`inference.wire`'s warm-up state) or its node workers start.
 
 Consulted only on the failure paths (model files absent, no healthy pair), so a serving
 pipeline pays nothing for it.
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from redis.exceptions import RedisError
 
 from fleet.pipelines.models import Pipeline
-from inference import warmup
+from inference import wire
 
 DEFAULT_RETRY_AFTER_S = 5
 
@@ -27,7 +27,7 @@ class NotReady:
 
 def not_ready(pipeline: Pipeline, *, cause: str) -> NotReady:
     try:
-        status = warmup.status(pipeline.name)
+        status = wire.warmup_status(pipeline.name)
     except RedisError:
         status = None
     if status is None:
@@ -45,13 +45,13 @@ def not_ready(pipeline: Pipeline, *, cause: str) -> NotReady:
     )
 
 
-def warming_up(pipelines) -> dict[int, warmup.Warmup]:
+def warming_up(pipelines) -> dict[int, wire.Warmup]:
     """Pipeline id -> its warm-up, for the pipelines that cannot serve yet (the console)."""
     from inference.router import NoCapacity, pick_pair
 
     pipelines = [p for p in pipelines if not p.simulated]
     try:
-        found = warmup.statuses([p.name for p in pipelines])
+        found = wire.warmup_statuses([p.name for p in pipelines])
     except RedisError:
         return {}
     out = {}

@@ -1,10 +1,14 @@
-"""Following a generation's stream for a server-sent-events response.
+"""Following a generation's stream (`inference.wire`): the one `follow()`, used by the SSE
+views of the REST API and of /v1.
 
-Like `inference.wire.follow`, plus a keep-alive tick after each `keepalive_s` of silence;
-the SSE views write the tick as a comment line. Writing is what lets the server notice a
-client that hung up (daphne does not read from a connection while it serves a request, so a
-silent stream would never learn that its client left), and it keeps proxies from closing an
-idle stream while the generation waits in the queue.
+It yields the stream's events until a terminal one, a keep-alive tick after each `keepalive_s`
+of silence (the SSE views write it as a comment line), and gives up with a timeout event
+after `idle_timeout_s` without any event, so nobody waits forever on a stream no worker
+writes to. Each follower reads on its own connection: a blocking XREAD holds it.
+
+Writing the tick is what lets the server notice a client that hung up (daphne does not read
+from a connection while it serves a request, so a silent stream would never learn that its
+client left), and it keeps proxies from closing an idle stream while it waits in the queue.
 
 The Redis reads run in a separate task that is never cancelled: it stops at its next read
 (within `block_ms`) once the consumer is gone. Cancelling a redis.asyncio command (redis-py
@@ -15,21 +19,18 @@ waiting forever, and a client that hangs up right after its request is exactly t
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import redis.asyncio as aioredis
 
+from fleet import redis_clients
 from inference import wire
 
 KEEPALIVE = "keepalive"  # the tick's event type
 TIMEOUT = "timeout"  # the stream stayed silent for idle_timeout_s: no terminal event came
 KEEPALIVE_COMMENT = b": keep-alive\n\n"
-
-
-def _text(raw) -> str:
-    return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
 async def _pump(
@@ -41,11 +42,11 @@ async def _pump(
     block_ms: int,
     idle_timeout_s: float,
 ) -> None:
-    client = aioredis.Redis.from_url(wire.redis_url())
+    client = aioredis.Redis.from_url(redis_clients.redis_url())
     quiet_since = time.monotonic()
     try:
         while not stop.is_set():
-            reply = await client.xread({key: cursor}, count=100, block=block_ms)
+            reply: Any = await client.xread({key: cursor}, count=100, block=block_ms)
             if not reply:
                 if time.monotonic() - quiet_since > idle_timeout_s:
                     queue.put_nowait((None, {"type": TIMEOUT}))
@@ -54,8 +55,8 @@ async def _pump(
             quiet_since = time.monotonic()
             for _key, entries in reply:
                 for entry_id, fields in entries:
-                    cursor = _text(entry_id)
-                    event = json.loads(_text(fields.get(b"e", fields.get("e"))))
+                    cursor = wire.decode_id(entry_id)
+                    event = wire.decode_event(fields)
                     queue.put_nowait((cursor, event))
                     if event.get("type") in wire.TERMINAL_TYPES:
                         return

@@ -9,7 +9,6 @@ pipeline's target model directory: `tokenizer.json` and `config.json`
 
 from __future__ import annotations
 
-import functools
 import json
 import threading
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from pathlib import Path
 from django.conf import settings
 from tokenizers import Tokenizer
 
-CHATML_START, CHATML_END = "<|im_start|>", "<|im_end|>"
+from inference import chat_prompts
 
 
 class TokenizerUnavailable(Exception):
@@ -46,20 +45,8 @@ class ModelTokenizer:
         return self.tk.decode(list(ids), skip_special_tokens=True)
 
     def chat_prompt(self, messages: list[dict[str, str]]) -> str:
-        """The model's own chat template when it has one (SmolLM2's adds its default system
-        turn); else ChatML when the tokenizer knows its special tokens (Qwen2); otherwise a
-        plain `role: content` transcript (the byte-level demo model), ending on the
-        assistant's turn every way."""
-        if self.chat_template:
-            return _compiled(self.chat_template).render(
-                messages=messages, add_generation_prompt=True
-            )
-        if self.chatml:
-            body = "".join(
-                f"{CHATML_START}{m['role']}\n{m['content']}{CHATML_END}\n" for m in messages
-            )
-            return body + f"{CHATML_START}assistant\n"
-        return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"
+        """The prompt text of a conversation (`inference.chat_prompts`)."""
+        return chat_prompts.render(messages, template=self.chat_template, chatml=self.chatml)
 
 
 _cache: dict[tuple[str, float, float], ModelTokenizer] = {}
@@ -95,25 +82,15 @@ def _read(path: Path, tok_file: Path, cfg_file: Path) -> ModelTokenizer:
         raise TokenizerUnavailable(f"cannot read the tokenizer at {path}: {exc}") from exc
     if context <= 0:
         raise TokenizerUnavailable(f"{cfg_file} has no max_position_embeddings")
-    chatml = tk.token_to_id(CHATML_START) is not None and tk.token_to_id(CHATML_END) is not None
+    chatml = chat_prompts.knows_chatml(tk)
     template = None
     if (path / "tokenizer_config.json").exists():
         try:
             template = json.loads((path / "tokenizer_config.json").read_text()).get("chat_template")
             if template is not None:
-                _compiled(template)
+                chat_prompts.compiled(template)
         except Exception as exc:  # JSON and Jinja syntax errors
             raise TokenizerUnavailable(f"cannot read the chat template at {path}: {exc}") from exc
     return ModelTokenizer(
         path, tk, context, chatml, template if isinstance(template, str) else None
     )
-
-
-@functools.lru_cache(maxsize=16)
-def _compiled(template: str):
-    """A chat template compiled as transformers does: sandboxed (it comes with the model),
-    blocks trimmed."""
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-    return env.from_string(template)

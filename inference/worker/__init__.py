@@ -1,4 +1,5 @@
 """The engine host of a node worker: batching loops for drafters and verifiers.
 
-Only `messaging` is safe to import from the web process; everything else imports torch.
+Everything here runs in a node process and may import torch; what the web process shares
+with it (keys, messages, the Redis client) is `inference.wire`.
 """

@@ -17,12 +17,12 @@ import time
 
 from django.conf import settings
 
+from fleet.env import env_float
 from inference.worker.power import PowerMeter
 
 logger = logging.getLogger(__name__)
 
 AGENT_VERSION = "tandem-agent/1"
-STALL_S = float(os.environ.get("TANDEM_STALL_S", "30"))  # engine loop silent this long: stop
 
 
 def cpu_model() -> str:
@@ -145,6 +145,8 @@ class Agent:
             gpu_index=int(self.device.get("device", "cuda:0").partition(":")[2] or 0),
         )
         self.deltas = _Deltas()
+        # engine loop silent this long: stop heartbeating (the node is then lost, re-routed)
+        self.stall_s = env_float("TANDEM_STALL_S", 30.0, minimum=0.1)
         self.last_busy, self.last_t = 0.0, time.monotonic()
         self.stopping = threading.Event()
         self.last_reply: dict | None = None
@@ -254,10 +256,8 @@ class Agent:
         return token_key(self.node_id, self.token)
 
     def publish(self, sample: dict) -> None:
-        try:
-            from fleet.telemetry.ingest import publish_sample
-        except ImportError:  # the console's telemetry ingest is optional
-            return
+        from fleet.telemetry.ingest import publish_sample
+
         try:
             key = self.telemetry_key()
             if key is None:  # no heartbeat reply yet: nothing to sign with
@@ -269,7 +269,7 @@ class Agent:
                 logger.warning("node %s: telemetry publish failed: %r", self.node_id, exc)
 
     def stalled(self) -> bool:
-        return time.monotonic() - self.loop.stats.last_tick > STALL_S
+        return time.monotonic() - self.loop.stats.last_tick > self.stall_s
 
     def run(self) -> None:
         next_beat, samples = 0.0, []

@@ -10,8 +10,8 @@ from django.core.exceptions import ImproperlyConfigured
 
 from fleet.nodes.models import Node
 from fleet.pipelines.models import Placement
+from inference.wire import node_queue
 from inference.worker import engine_loop
-from inference.worker.messaging import node_queue
 
 logger = logging.getLogger(__name__)
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from django.conf import settings
+
+from fleet.env import env_float, env_int, env_str
 
 
 def model_dir(ref: str) -> Path:
@@ -16,12 +17,12 @@ def model_dir(ref: str) -> Path:
 
 def torch_device() -> str:
     """Where the engine computes: TANDEM_TORCH_DEVICE (e.g. cuda, cuda:1), default cpu."""
-    return os.environ.get("TANDEM_TORCH_DEVICE", "cpu")
+    return env_str("TANDEM_TORCH_DEVICE", "cpu") or "cpu"
 
 
 def n_slots() -> int:
     """The most sequences a node's engine holds at once (the KV budget may allow fewer)."""
-    return int(os.environ.get("TANDEM_NODE_SLOTS", "64"))
+    return env_int("TANDEM_NODE_SLOTS", 64, minimum=1)
 
 
 # tokens of prompt + output a sequence may reach when nothing says otherwise: a model's
@@ -32,19 +33,16 @@ DEFAULT_CONTEXT = 4096  # = inference.engine.kv_cache.DEFAULT_MAX_LEN (this modu
 def context() -> int:
     """A node's context (prompt + output tokens, the KV cache's max_len): TANDEM_NODE_MAX_LEN,
     default DEFAULT_CONTEXT, capped by the model's max_position_embeddings."""
-    value = os.environ.get("TANDEM_NODE_MAX_LEN")
-    return int(value) if value else DEFAULT_CONTEXT
+    return env_int("TANDEM_NODE_MAX_LEN", DEFAULT_CONTEXT, minimum=1)
 
 
 def kv_budget() -> dict:
     """The KV cache's memory budget: TANDEM_KV_BYTES (bytes), or TANDEM_KV_MEMORY_FRACTION of
     the device's free memory after the weights are loaded (default 0.9 on a GPU, like vLLM's
     gpu_memory_utilization; 0.25 of available RAM on a CPU host)."""
-    size = os.environ.get("TANDEM_KV_BYTES")
-    fraction = os.environ.get("TANDEM_KV_MEMORY_FRACTION")
     return {
-        "budget_bytes": int(size) if size else None,
-        "memory_fraction": float(fraction) if fraction else None,
+        "budget_bytes": env_int("TANDEM_KV_BYTES", None, minimum=1),
+        "memory_fraction": env_float("TANDEM_KV_MEMORY_FRACTION", None, minimum=0, maximum=1),
     }
 
 

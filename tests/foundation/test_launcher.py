@@ -303,10 +303,9 @@ def test_generations_a_previous_run_left_active_are_ended_at_start(
     from fleet.console.management.commands.up import _close_orphans
     from inference import wire
     from inference.models import Generation
-    from inference.worker import messaging
     from tests.serving.test_units import _pipeline, _submit
 
-    monkeypatch.setattr(messaging, "send", lambda *args: None)
+    monkeypatch.setattr(wire, "send", lambda *args: None)
     p, nodes = _pipeline(verifiers=1)
     verifier = nodes["verify"][0]
     with django_capture_on_commit_callbacks(execute=True):

@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from fleet import redis_clients
 from inference import wire
 
 pytestmark = pytest.mark.filterwarnings("ignore:StreamingHttpResponse must consume")
@@ -37,7 +38,7 @@ def test_a_valid_last_event_id_resumes_after_it(world, as_persona):
 
 def test_a_stream_that_fails_after_its_headers_ends_with_an_error_event(world, as_persona):
     # A key of the wrong type: Redis refuses the XREAD once the response has started.
-    wire._client().set(wire.stream_key(world["generation"].id), "not a stream")
+    redis_clients.client().set(wire.stream_key(world["generation"].id), "not a stream")
     response = as_persona("admin").get(url(world))
     assert response.status_code == 200
     blocks = [b for b in b"".join(response).decode().split("\n\n") if b]

@@ -8,7 +8,7 @@ import pytest
 from django.test import Client
 
 from fleet.pipelines.models import Pipeline
-from inference import warmup
+from inference import wire
 from tests.api.conftest import _fast_passwords, model_path, pipeline, place_pair  # noqa: F401
 
 pytestmark = pytest.mark.django_db
@@ -37,9 +37,9 @@ def test_version_as_vllm_answers_it():
 def warming(db, tmp_path):
     """A pipeline whose model files are being made: no model directory yet, a warm-up."""
     p = Pipeline.objects.create(name="warming", target_model=str(tmp_path / "absent"))
-    warmup.publish(pipeline=p.name, waiting_for="training the pair", progress=0.25, eta_s=30)
+    wire.warmup_publish(pipeline=p.name, waiting_for="training the pair", progress=0.25, eta_s=30)
     yield p
-    warmup.clear(pipeline=p.name)
+    wire.warmup_clear(pipeline=p.name)
 
 
 def _chat(as_persona, model: str):
@@ -57,7 +57,7 @@ def test_a_warming_pipeline_answers_503_with_retry_after_and_why(warming, as_per
 
 
 def test_missing_model_files_without_a_warmup_keep_their_400(warming, as_persona):
-    warmup.clear(pipeline=warming.name)
+    wire.warmup_clear(pipeline=warming.name)
     response = _chat(as_persona, "warming")
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "model_not_available"

@@ -18,7 +18,7 @@ from inference.engine.engines import DraftEngine, VerifyEngine
 from inference.engine.generator import SpeculativeGenerator
 from inference.engine.sampling import SamplingParams
 from inference.models import Generation
-from inference.worker import engine_loop, messaging
+from inference.worker import engine_loop
 from inference.worker.draft import DraftLoop
 from inference.worker.engine_cache import load_draft_engine, load_verify_engine
 from inference.worker.verify import VerifyLoop
@@ -28,9 +28,9 @@ from tests.serving.test_workers import prompts
 
 @pytest.fixture
 def wired(monkeypatch):
-    """Loops by node id; messaging.send delivers straight into the target loop."""
+    """Loops by node id; wire.send delivers straight into the target loop."""
     loops: dict[int, engine_loop.BaseLoop] = {}
-    monkeypatch.setattr(messaging, "send", lambda node, kind, p: loops[node].deliver(kind, p))
+    monkeypatch.setattr(wire, "send", lambda node, kind, p: loops[node].deliver(kind, p))
     yield loops
     for loop in loops.values():
         loop.stop()
@@ -179,14 +179,14 @@ def test_new_sequences_join_the_running_draft_group(transactional_db, tmp_path, 
     _run(pipeline, nodes, wired, "ngram")
     drafter_id = next(n.pk for n, r, _ in nodes if r == "draft")
     seen: list[tuple[str, dict]] = []
-    deliver = messaging.send
+    deliver = wire.send
 
     def send(node, kind, p):
         if node == drafter_id:
             seen.append((kind, p))
         deliver(node, kind, p)
 
-    messaging.send = send  # the wired fixture's monkeypatch restores the original
+    wire.send = send  # the wired fixture's monkeypatch restores the original
     ps = prompts(6, seed=11)
     params = {"temperature": 0, "max_tokens": 60, "ignore_eos": True}
     gens = []

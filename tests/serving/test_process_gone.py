@@ -6,19 +6,17 @@ from __future__ import annotations
 
 import pytest
 
+from fleet import redis_clients
 from fleet.nodes.models import Node
 from inference import services, wire
 from inference.models import Generation
-from inference.worker import messaging
 from tests.serving.test_units import _pipeline, _submit
 
 
 @pytest.fixture
 def sent(monkeypatch):
     out = []
-    monkeypatch.setattr(
-        messaging, "send", lambda node, kind, payload: out.append((node, kind, payload))
-    )
+    monkeypatch.setattr(wire, "send", lambda node, kind, payload: out.append((node, kind, payload)))
     return out
 
 
@@ -33,7 +31,7 @@ def test_a_dead_verifier_is_lost_at_once_and_its_generations_move(
     assert on_v0 and len(on_v0) < len(gens)  # least loaded: spread over both
     Generation.objects.filter(pk__in=[g.pk for g in gens]).update(state="running")
     wire.publish(on_v0[0].pk, wire.tokens_event([104], "h", 1))
-    wire._client().rpush(messaging.round_key(v0.pk), '["drafts", {}]')  # a stale round
+    redis_clients.client().rpush(wire.round_key(v0.pk), '["drafts", {}]')  # a stale round
     sent.clear()
 
     with django_capture_on_commit_callbacks(execute=True):
@@ -43,7 +41,7 @@ def test_a_dead_verifier_is_lost_at_once_and_its_generations_move(
     assert report["failed"] == []
     v0.refresh_from_db()
     assert v0.state == "lost"  # now, not after HEARTBEAT_PERIOD_S x TOLERANCE
-    assert wire._client().llen(messaging.round_key(v0.pk)) == 0
+    assert redis_clients.client().llen(wire.round_key(v0.pk)) == 0
     for g in on_v0:
         g.refresh_from_db()
         assert (g.state, g.verifier_id, g.attempts) == ("queued", v1.pk, 2)

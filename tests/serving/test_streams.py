@@ -1,9 +1,12 @@
-"""inference.wire against the test run's real Redis."""
+"""inference.wire's token streams against the test run's real Redis, followed with the one
+`follow()` (inference.serving.sse)."""
 
 import asyncio
 import uuid
 
+from fleet import redis_clients
 from inference import wire
+from inference.serving import sse
 
 
 def test_publish_read_all_and_follow_end_after_done():
@@ -17,20 +20,21 @@ def test_publish_read_all_and_follow_end_after_done():
     assert wire.collect_text(events) == "abc"
     assert [e for _, e in wire.read_all(gid, last_id=first[0][0])][0]["text"] == "c"
 
-    async def run():
-        return [e async for e in wire.follow(gid, block_ms=100, timeout_s=2)]
+    async def run(**kwargs):
+        return [e async for e in sse.follow(gid, block_ms=100, idle_timeout_s=2, **kwargs)]
 
-    followed = asyncio.run(run())
+    followed = asyncio.run(run(keepalive_s=None))
     assert [e["type"] for _, e in followed] == ["tokens", "tokens", "done"]
-    import redis
-    from django.conf import settings
-
-    ttl = redis.Redis.from_url(settings.REDIS_URL).ttl(wire.stream_key(gid))
+    assert [entry_id for entry_id, _ in followed] == [entry_id for entry_id, _ in events]
+    resumed = asyncio.run(run(keepalive_s=None, last_id=first[0][0]))
+    assert [e["type"] for _, e in resumed] == ["tokens", "done"]
+    ttl = redis_clients.client().ttl(wire.stream_key(gid))
     assert 0 < ttl <= wire.TTL_S
 
 
 def test_follow_gives_up_on_a_silent_stream():
     async def run():
-        return [e async for e in wire.follow(uuid.uuid4(), block_ms=50, timeout_s=0.2)]
+        follow = sse.follow(uuid.uuid4(), keepalive_s=None, block_ms=50, idle_timeout_s=0.2)
+        return [e async for e in follow]
 
-    assert asyncio.run(run()) == []
+    assert asyncio.run(run()) == [(None, {"type": sse.TIMEOUT})]

@@ -15,7 +15,6 @@ from inference.engine.tokenizer import Tokenizer
 from inference.models import Generation
 from inference.router import NoCapacity, pick_pair
 from inference.training import byte_tokenizer as bt
-from inference.worker import messaging
 from inference.worker.agent import accumulate
 from inference.worker.detok import Detokenizer
 from inference.worker.engine_loop import Tombstones
@@ -26,9 +25,7 @@ from tests.serving.helpers import profile
 @pytest.fixture
 def sent(monkeypatch):
     out = []
-    monkeypatch.setattr(
-        messaging, "send", lambda node, kind, payload: out.append((node, kind, payload))
-    )
+    monkeypatch.setattr(wire, "send", lambda node, kind, payload: out.append((node, kind, payload)))
     return out
 
 

@@ -4,11 +4,12 @@ real API and workers vs the engine in one process (logic in inference.bench.serv
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+
+from fleet.env import env_bool
 
 
 class Command(BaseCommand):
@@ -37,7 +38,7 @@ class Command(BaseCommand):
                 f"no demo pair in {models}: train it with `manage.py train_demo_pair` "
                 "(or pass --models DIR holding demo-target and demo-draft)"
             )
-        if not os.environ.get("TANDEM_BENCH_CHILD"):
+        if not env_bool("TANDEM_BENCH_CHILD", False):
             argv = [
                 "--clients",
                 o["clients"],

@@ -7,9 +7,9 @@ without it, the agent writes heartbeats through the database on this machine).
 
 from __future__ import annotations
 
-import os
-
 from django.core.management.base import BaseCommand, CommandError
+
+from fleet.env import env_str
 
 
 class Command(BaseCommand):
@@ -17,7 +17,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--role", choices=["draft", "verify"], required=True)
-        parser.add_argument("--node", default=os.environ.get("TANDEM_NODE_ID", ""))
+        parser.add_argument("--node", default=env_str("TANDEM_NODE_ID", ""))
         parser.add_argument("--loglevel", default="WARNING")
         parser.add_argument(
             "--local",
@@ -31,7 +31,7 @@ class Command(BaseCommand):
     def handle(self, *args, role, node, loglevel, local, demo, **options):
         from inference.worker import boot as worker_node
 
-        token = os.environ.get("TANDEM_NODE_TOKEN", "")
+        token = env_str("TANDEM_NODE_TOKEN", "")
         local = local or ("demo" if demo else "")
         if local:
             from inference.worker.local import ensure_local
@@ -45,6 +45,6 @@ class Command(BaseCommand):
             node_ref=str(node),
             role=role,
             token=token,
-            api_url=os.environ.get("TANDEM_API_URL", ""),
+            api_url=env_str("TANDEM_API_URL", "") or "",
             loglevel=loglevel,
         )

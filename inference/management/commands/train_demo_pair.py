@@ -77,14 +77,14 @@ class Command(BaseCommand):
 
 
 def _reported_progress(total: int, pipeline: str):
-    """A terminal progress bar that also tells `inference.warmup` (the console, the API)."""
+    """A terminal progress bar that also publishes the warm-up state (the console, the API)."""
     from inference.training.demo_pair import TqdmProgress
-    from inference.warmup import Reporter
+    from inference.wire import WarmupReporter
 
     class Reported(TqdmProgress):
         def __init__(self) -> None:
             super().__init__(total)
-            self.reporter = Reporter(
+            self.reporter = WarmupReporter(
                 pipeline=pipeline, waiting_for="training the demo model pair (once)"
             )
             self.reporter.report(0.0, force=True)
