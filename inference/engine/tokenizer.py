@@ -9,6 +9,8 @@ from pathlib import Path
 
 from tokenizers import Tokenizer as _HFTokenizer
 
+from inference import chat_prompts
+
 
 class Tokenizer:
     def __init__(
@@ -43,9 +45,11 @@ class Tokenizer:
         return self.tk.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
     def chat_prompt(self, messages: list[dict[str, str]]) -> str:
-        """ChatML (SmolLM2, Qwen2), ending with the assistant's turn opened."""
-        text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
-        return text + "<|im_start|>assistant\n"
+        """The model's own chat template, else ChatML, else a plain transcript (the one
+        renderer the web side uses too), ending with the assistant's turn opened."""
+        return chat_prompts.render(
+            messages, template=self.chat_template, chatml=chat_prompts.knows_chatml(self.tk)
+        )
 
     @property
     def hash(self) -> str:

@@ -75,11 +75,6 @@ def _with_template(path, template):
 
 
 @pytest.mark.parametrize("model", ["smollm2-template", "byte-demo"])
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 11: inference/engine/tokenizer.py renders ChatML whatever the model; its "
-    "chat_prompt is to call inference.chat_prompts.render (engine is package C's)",
-)
 def test_the_web_and_the_engine_turn_the_same_messages_into_the_same_ids(tmp_path, model):
     from inference.engine.tokenizer import Tokenizer
 
