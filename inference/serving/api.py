@@ -28,7 +28,7 @@ from fleet.accounts.access import can
 from fleet.accounts.principal import Refused, principal_for
 from inference import services, wire
 from inference.models import Generation, GenerationState
-from inference.serving import sse
+from inference.serving import readiness, sse
 from inference.serving.request_rules import (
     MAX_STOP_SEQUENCES,
     SEED_MAX,
@@ -48,9 +48,16 @@ FIELD_OF_PARAM = {"model": "pipeline"}
 
 
 class NoCapacityError(APIException):
+    """503 + Retry-After (DRF's handler sends `wait` as Retry-After): the pipeline is warming
+    up (its models are being trained or converted) or short of healthy workers."""
+
     status_code = status.HTTP_503_SERVICE_UNAVAILABLE
     default_detail = "No drafter/verifier pair of this pipeline can take a generation now."
     default_code = "no_capacity"
+
+    def __init__(self, state: readiness.NotReady):
+        super().__init__(state.message, "model_not_ready" if state.warming_up else "no_capacity")
+        self.wait = state.retry_after_s
 
 
 @extend_schema_field(
@@ -92,6 +99,7 @@ class GenerationCreateSerializer(serializers.Serializer):
     stop = StopField(required=False)
 
     def validate(self, attrs):
+        pipeline = None
         try:
             pipeline = pipeline_named(attrs["pipeline"])
             return prepare(
@@ -106,6 +114,10 @@ class GenerationCreateSerializer(serializers.Serializer):
                 stop=attrs.get("stop"),
             )
         except RequestError as exc:
+            if exc.param == "model" and pipeline is not None:
+                state = readiness.not_ready(pipeline, cause=exc.message)
+                if state.warming_up:  # not a bad request: ask again when it is ready
+                    raise NoCapacityError(state) from exc
             field = FIELD_OF_PARAM.get(exc.param, exc.param) or "non_field_errors"
             raise serializers.ValidationError({field: [exc.message]}, code=exc.code) from exc
 
@@ -241,7 +253,10 @@ class GenerationListCreate(generics.ListCreateAPIView):
         request=GenerationCreateSerializer,
         responses={
             201: GenerationSerializer,
-            503: OpenApiResponse(description="No drafter/verifier pair can take it now."),
+            503: OpenApiResponse(
+                description="Warming up, or no drafter/verifier pair can take it now "
+                "(Retry-After says when to ask again)."
+            ),
         },
     )
     def post(self, request, *args, **kwargs):
@@ -257,7 +272,8 @@ class GenerationListCreate(generics.ListCreateAPIView):
                 user=request.user,
             )
         except services.NoCapacity as exc:
-            raise NoCapacityError(str(exc) or None) from exc
+            cause = str(exc) or "no healthy drafter/verifier pair"
+            raise NoCapacityError(readiness.not_ready(prepared.pipeline, cause=cause)) from exc
         # The row as written: its pipeline, user and pair are already on it (no re-read).
         body = GenerationSerializer(generation, context={"request": request}).data
         return Response(

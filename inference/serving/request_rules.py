@@ -8,10 +8,13 @@ shape (DRF field errors, OpenAI error objects).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from fleet.pipelines.models import Pipeline
 from inference.serving import tokenization
+
+log = logging.getLogger(__name__)
 
 TEMPERATURE_MAX = 2.0
 MAX_STOP_SEQUENCES = 4
@@ -60,8 +63,11 @@ def tokenizer_for(pipeline: Pipeline) -> tokenization.ModelTokenizer:
     try:
         return tokenization.load(pipeline.target_model)
     except tokenization.TokenizerUnavailable as exc:
+        # The cause names server paths: for the operator's log, not for the client.
+        log.warning("pipeline %s: tokenizer not loadable: %s", pipeline.name, exc)
         raise RequestError(
-            f"The model '{pipeline.name}' is not available on this server: {exc}",
+            f"The model '{pipeline.name}' is not available on this server: its model files "
+            "are missing or unreadable (see the server log).",
             param="model",
             code="model_not_available",
         ) from exc

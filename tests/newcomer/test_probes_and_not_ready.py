@@ -69,6 +69,26 @@ def test_no_healthy_pair_is_503_with_retry_after(pipeline, as_persona):  # noqa:
     assert response.json()["error"]["code"] == "no_capacity"
 
 
+def _rest(as_persona, name: str):
+    body = {"pipeline": name, "prompt": "hi"}
+    return as_persona("operator").post("/api/v1/generations", body, format="json")
+
+
+def test_the_rest_api_answers_a_warming_pipeline_503_with_retry_after(warming, as_persona):
+    response = _rest(as_persona, "warming")
+    assert response.status_code == 503 and response["Retry-After"] == "30"
+    assert "training the pair (25% done, about 30 s left)" in response.json()["detail"]
+    wire.warmup_clear(pipeline=warming.name)
+    missing = _rest(as_persona, "warming")  # no warm-up: a 400 that names no server path
+    assert missing.status_code == 400
+    assert str(warming.target_model) not in missing.content.decode()
+
+
+def test_the_rest_api_answers_no_healthy_pair_503_with_retry_after(pipeline, as_persona):  # noqa: F811
+    response = _rest(as_persona, "demo")
+    assert response.status_code == 503 and int(response["Retry-After"]) >= 1
+
+
 def test_the_console_shows_a_warmup_until_the_pipeline_serves(warming, viewer):
     client = Client()
     client.force_login(viewer)
