@@ -43,7 +43,7 @@ def node_register(request):
     form = NodeRegisterForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
-            node, token = services.node_register(**form.cleaned_data, actor=request.user)
+            node, token = services.node_register(**form.cleaned_data)
         except ValidationError as exc:
             form.add_error(None, exc)
         else:

@@ -9,9 +9,14 @@ from __future__ import annotations
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
 from rest_framework import generics, serializers, status
+from rest_framework.generics import GenericAPIView
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from fleet.nodes import selectors as node_selectors
+from fleet.nodes.api import IF_MATCH, RegistryErrorsMixin, node_response
+from fleet.nodes.api import expected_version as node_expected_version
+from fleet.nodes.serializers import NodeSerializer
 from fleet.pipelines import selectors, services
 from fleet.pipelines.models import (
     CONFIG_FIELDS,
@@ -348,3 +353,49 @@ def _document(view: type[_Action]) -> None:
 
 for _view in (Place, Move, Unplace, Drain, Return, SetKPolicy, SetBatchCaps, SwapDraft, Rollback):
     _document(_view)
+
+
+# --- node state: /api/v1/nodes/<id>/drain|return -----------------------------------------------
+# Served here, not by the node registry's API: draining changes what a pipeline may route to,
+# so it goes through the same audited, checked and pushed services as the pipeline actions.
+
+
+class NodeStateInput(serializers.Serializer):
+    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+    force = serializers.BooleanField(required=False, default=False)
+
+
+class _NodeStateAction(RegistryErrorsMixin, GenericAPIView):
+    """POST, optional body `{"reason", "force"}`, optional If-Match (the node's ETag)."""
+
+    queryset = node_selectors.node_queryset()
+    serializer_class = NodeSerializer
+    write_action = "operate"
+
+    @extend_schema(request=NodeStateInput, responses={200: NodeSerializer}, parameters=[IF_MATCH])
+    def post(self, request, pk):
+        node = self.get_object()
+        data = NodeStateInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        node = self.act(
+            node_id=node.pk,
+            actor=request.user,
+            node_version=node_expected_version(request),
+            **data.validated_data,
+        )
+        return node_response(node)
+
+
+class NodeDrain(_NodeStateAction):
+    """The node finishes what it holds and takes no new work (refused, 409, when it is the
+    last healthy drafter or verifier of its pipeline, unless `force`)."""
+
+    def act(self, **kw):
+        return services.node_drain(**kw)
+
+
+class NodeReturn(_NodeStateAction):
+    """A draining node takes new work again."""
+
+    def act(self, *, force=False, **kw):
+        return services.node_return(**kw)

@@ -17,7 +17,8 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from fleet.nodes.choices import NodeState
-from fleet.nodes.models import IllegalTransition, Node
+from fleet.nodes.models import Node, NodeConflict
+from fleet.nodes.services import node_transition
 from fleet.pipelines.models import (
     CONFIG_FIELDS,
     AuditEvent,
@@ -412,9 +413,9 @@ def node_unplace(
     _push_after_commit(pipeline.pk)
 
 
-def _node_state_action(*, node_id, actor, to: str, action: str, expected_version, reason, force):
-    from fleet.nodes.services import node_drain, node_return
-
+def _node_state_action(
+    *, node_id, actor, to: str, action: str, expected_version, node_version, reason, force
+):
     node = _locked_node(node_id)
     placement = Placement.objects.filter(node=node).first()
     pipeline = _locked(placement.pipeline_id) if placement else None
@@ -423,18 +424,13 @@ def _node_state_action(*, node_id, actor, to: str, action: str, expected_version
         if to == NodeState.DRAINING:
             check_keeps_healthy(pipeline, leaving=node, force=force)
     before = {"state": node.state}
-    user, _ = _actor(actor)
+    if to == NodeState.DRAINING and node.state == NodeState.DRAINING:
+        raise ActionRefused(f"{node.name} is already draining.")
+    only_from = frozenset({NodeState.DRAINING}) if to == NodeState.ONLINE else None
     try:
-        if to == NodeState.DRAINING:
-            if node.state == NodeState.DRAINING:
-                raise ActionRefused(f"{node.name} is already draining.")
-            node = node_drain(node=node, actor=user)
-        else:
-            if node.state != NodeState.DRAINING:
-                raise ActionRefused(f"{node.name} is {node.state}: only a draining node returns.")
-            node = node_return(node=node, actor=user)
-    except IllegalTransition as exc:
-        raise ActionRefused(str(exc)) from exc
+        node = node_transition(node=node, to=to, only_from=only_from, expected_version=node_version)
+    except NodeConflict as exc:  # illegal transition, or a stale node version
+        raise ActionRefused(str(exc), code=exc.code) from exc
     if pipeline is not None:
         _bump(pipeline)
         _push_after_commit(pipeline.pk)
@@ -452,29 +448,49 @@ def _node_state_action(*, node_id, actor, to: str, action: str, expected_version
 
 @transaction.atomic
 def node_drain(
-    *, node_id: int, actor, expected_version=None, reason="", force: bool = False
+    *,
+    node_id: int,
+    actor,
+    expected_version: int | None = None,
+    node_version: int | None = None,
+    reason: str = "",
+    force: bool = False,
 ) -> Node:
-    """The node finishes the sequences it holds and takes no new ones."""
+    """The node finishes the sequences it holds and takes no new ones. The one door for
+    draining (REST under /nodes and /pipelines, pages, the planner): a placed node may not
+    take the last healthy drafter or verifier away unless `force`; the change is audited and
+    its pipeline's new version pushed. `expected_version` is the pipeline's, `node_version`
+    the node's (its ETag)."""
     return _node_state_action(
         node_id=node_id,
         actor=actor,
         to=NodeState.DRAINING,
         action="drain",
         expected_version=expected_version,
+        node_version=node_version,
         reason=reason,
         force=force,
     )
 
 
 @transaction.atomic
-def node_return(*, node_id: int, actor, expected_version=None, reason="") -> Node:
-    """A drained node takes new work again."""
+def node_return(
+    *,
+    node_id: int,
+    actor,
+    expected_version: int | None = None,
+    node_version: int | None = None,
+    reason: str = "",
+) -> Node:
+    """A draining node takes new work again (only a draining node returns; a lost one comes
+    back by itself with its next heartbeat). Audited and pushed like `node_drain`."""
     return _node_state_action(
         node_id=node_id,
         actor=actor,
         to=NodeState.ONLINE,
         action="return",
         expected_version=expected_version,
+        node_version=node_version,
         reason=reason,
         force=False,
     )

@@ -5,7 +5,7 @@ from django.utils import timezone
 
 from fleet.nodes.choices import NodeState
 from fleet.nodes.models import Node, NodeTelemetry
-from fleet.nodes.services import node_drain, nodes_mark_lost
+from fleet.nodes.services import node_transition, nodes_mark_lost
 from tests.nodes.conftest import GOOD_TELEMETRY, agent_client, make_node
 
 pytestmark = pytest.mark.django_db
@@ -49,7 +49,7 @@ def test_liveness_only_heartbeats_do_not_bump_the_version(agent, node):
 
 def test_draining_stays_draining_and_lost_comes_back(agent, node):
     beat(agent, node)
-    node_drain(node=node)
+    node_transition(node=node, to=NodeState.DRAINING)
     assert beat(agent, node).json()["state"] == "draining"
     Node.objects.filter(pk=node.pk).update(last_seen=timezone.now() - timedelta(hours=1))
     assert nodes_mark_lost() == [node.pk]
