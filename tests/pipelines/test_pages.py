@@ -4,6 +4,7 @@ import pytest
 
 from fleet.nodes.models import Node
 from fleet.pipelines.models import AuditEvent, Pipeline
+from tests.conftest import client_for
 from tests.pipelines.conftest import online_node
 
 pytestmark = pytest.mark.django_db
@@ -159,3 +160,20 @@ def test_auto_mode_and_bounds_from_the_form(pipeline, operator, client):
         follow=True,
     )
     assert b"k_min must not exceed k_max" in bad.content
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [("version", "abc"), ("reason", "x" * 2001), ("max_verify_batch", "5000")],
+)
+def test_pages_refuse_what_the_api_refuses(pipeline, operator, client, field, value):
+    """A page POST is validated by the API's serializer: what the REST call refuses with 400
+    (a version that is not a number, an over-long reason, a cap out of range) the page
+    refuses too, naming the field, and changes nothing."""
+    client.force_login(operator)
+    body = {"max_verify_batch": "8", "version": "1", field: value}
+    page = client.post(f"/pipelines/{pipeline.pk}/act/configure", body, follow=True)
+    assert b"Refused: " + field.encode() in page.content
+    rest = client_for(operator).patch(f"/api/v1/pipelines/{pipeline.pk}", body, format="json")
+    assert rest.status_code == 400 and field in rest.json()
+    assert Pipeline.objects.get(pk=pipeline.pk).version == 1
