@@ -17,15 +17,15 @@ from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
 from fleet.accounts.access import can
+from fleet.accounts.models import WallLink
 from fleet.accounts.principal import require
-from fleet.console import selectors
-from fleet.console.models import WallLink
-from fleet.console.services import (
+from fleet.accounts.wall_links import (
     wall_link_create,
     wall_link_for_token,
     wall_link_revoke,
     wall_link_url,
 )
+from fleet.console import selectors
 from fleet.nodes.choices import NodeState
 from fleet.nodes.models import Node
 from fleet.pipelines.models import Pipeline

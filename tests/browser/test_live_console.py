@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from fleet.console.services import wall_link_create
+from fleet.accounts.wall_links import wall_link_create
 from fleet.telemetry.ingest import publish_sample
 from tests.browser.fleetdata import Feeder, build
 from tests.conftest import PASSWORD

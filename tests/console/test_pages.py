@@ -6,8 +6,8 @@ import pytest
 from django.contrib.staticfiles import finders
 from django.test import Client
 
-from fleet.console.models import WallLink
-from fleet.console.services import wall_link_create
+from fleet.accounts.models import WallLink
+from fleet.accounts.wall_links import wall_link_create
 from fleet.telemetry.aggregator import Aggregator
 from fleet.telemetry.ingest import STREAM, client, encode
 from fleet.telemetry.registry import load_registry

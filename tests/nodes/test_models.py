@@ -7,8 +7,8 @@ from django.utils import timezone
 from fleet.nodes.choices import TRANSITIONS, NodeState
 from fleet.nodes.models import HardwareProfile, IllegalTransition, Node, StaleVersion
 from fleet.nodes.services import node_retire, node_transition, node_update
-from fleet.pipelines.services import node_drain, node_return
 from fleet.pipelines.rules import ActionRefused
+from fleet.pipelines.services import node_drain, node_return
 from tests.nodes.conftest import make_node
 
 S = NodeState

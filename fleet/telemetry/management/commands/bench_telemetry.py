@@ -149,10 +149,10 @@ class Command(BaseCommand):
         from django.db import transaction
         from django.test import Client
 
+        from fleet.accounts.models import WallLink
         from fleet.accounts.secrets import new_secret
         from fleet.accounts.services import user_set_role
-        from fleet.console.models import WallLink
-        from fleet.console.services import wall_token
+        from fleet.accounts.wall_links import wall_token
         from fleet.nodes.models import HardwareProfile, Node, NodeToken
         from fleet.pipelines.models import Pipeline, Placement
         from fleet.telemetry.ingest import signing_key
@@ -224,7 +224,7 @@ class Command(BaseCommand):
     def _delete(self, world: dict) -> None:
         from django.contrib.auth import get_user_model
 
-        from fleet.console.models import WallLink
+        from fleet.accounts.models import WallLink
         from fleet.nodes.models import Node
         from fleet.pipelines.models import Pipeline
         from fleet.telemetry.models import Rollup
