@@ -51,14 +51,10 @@ EDITABLE_FIELDS = frozenset(CONFIG_FIELDS) | {"description"}
 
 
 def push_config(pipeline_id: int) -> None:
-    """Adapter to the data plane's `inference.services.push_pipeline_config(pipeline)`:
-    sends the committed configuration to the running workers. Missing data plane (not built
-    yet, or a control-plane-only deployment): logged, not an error."""
-    try:
-        from inference.services import push_pipeline_config
-    except ImportError:
-        logger.info("pipelines: no inference.services.push_pipeline_config; not pushed")
-        return
+    """Sends the committed configuration to the running workers (through the data plane's
+    `inference.services.push_pipeline_config`)."""
+    from inference.services import push_pipeline_config  # the data plane imports this app
+
     pipeline = Pipeline.objects.filter(pk=pipeline_id).first()
     if pipeline is not None:
         push_pipeline_config(pipeline)
