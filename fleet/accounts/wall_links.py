@@ -28,6 +28,11 @@ def wall_link_url(request, token: str) -> str:
     return request.build_absolute_uri(reverse("console:wall-screen")) + f"#token={token}"
 
 
+def wall_protocols(token: str) -> list[str]:
+    """The subprotocols a screen offers to open the wall with `token` (as static/js/wall.js)."""
+    return [WALL_PROTOCOL, WALL_TOKEN_PROTOCOL + token.replace(":", ".")]
+
+
 def token_from_protocols(protocols) -> str | None:
     """The wall token a websocket offered as a subprotocol, or None."""
     for protocol in protocols or ():

@@ -347,15 +347,17 @@ def _publish(nodes: list, stop: threading.Event, slices: int = 20) -> None:
 async def _measure(port: int, world: dict, seconds: float) -> dict:
     import websockets
 
+    from fleet.accounts.wall_links import wall_protocols
+
     origin = f"http://127.0.0.1:{port}"
     base = f"ws://127.0.0.1:{port}"
     stats = {"fleet": {"lags": [], "n": 0, "bytes": 0}, "wall": {"lags": [], "n": 0, "bytes": 0}}
     started = time.time()
     deadline = started + seconds
 
-    async def reader(name: str, url: str, headers: dict, subscribe: dict | None):
+    async def reader(name: str, url: str, headers: dict, subscribe: dict | None, protocols=None):
         async with websockets.connect(
-            url, origin=origin, additional_headers=headers, max_size=2**24
+            url, origin=origin, additional_headers=headers, max_size=2**24, subprotocols=protocols
         ) as ws:
             if subscribe:
                 await ws.send(json.dumps(subscribe))
@@ -384,7 +386,8 @@ async def _measure(port: int, world: dict, seconds: float) -> dict:
             {"Cookie": world["cookie"]},
             {"action": "subscribe", "topic": "fleet"},
         ),
-        reader("wall", f"{base}/ws/wall/?token={world['wall_token']}", {}, None),
+        # as a screen sends its wall token: a subprotocol, never in the (logged) URL
+        reader("wall", f"{base}/ws/wall/", {}, None, wall_protocols(world["wall_token"])),
     )
     window = seconds - WARMUP_S
     fleet, wall = stats["fleet"], stats["wall"]
