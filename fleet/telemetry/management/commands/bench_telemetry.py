@@ -33,6 +33,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from fleet.embedded_redis import ensure_redis_url
+from fleet.env import env_str
 
 WARMUP_S = 3.0
 
@@ -73,7 +74,7 @@ class Command(BaseCommand):
         if nodes < 1 or seconds <= WARMUP_S:
             raise CommandError(f"--nodes >= 1 and --seconds > {WARMUP_S} please")
         redis_server = ensure_redis_url(settings.DATA_DIR)
-        settings.REDIS_URL = os.environ["REDIS_URL"]
+        settings.REDIS_URL = env_str("REDIS_URL")
         call_command("migrate", interactive=False, verbosity=0)
         run = secrets.token_hex(3)
         procs: list[subprocess.Popen] = []
