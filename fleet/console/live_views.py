@@ -28,6 +28,7 @@ from fleet.accounts.wall_links import (
 from fleet.console import selectors
 from fleet.nodes.choices import NodeState
 from fleet.nodes.models import Node
+from fleet.nodes.selectors import node_tokens
 from fleet.pipelines.models import Pipeline
 from fleet.telemetry import rollups, snapshot
 
@@ -77,6 +78,7 @@ def node_page(request, pk: int):
         "live": snapshot.read_node(node.pk),
         "series": rollups.series("node", node.pk, minutes=30),
         "generations": selectors.generations_of(node)[:20],
+        "tokens": node_tokens(node=node) if can(request.user, "administer") else None,
     }
     return render(request, "console/node.html", context)
 

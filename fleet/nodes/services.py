@@ -22,7 +22,6 @@ from fleet.nodes.models import (
     IllegalTransition,
     Node,
     NodeConflict,
-    NodeTelemetry,
     NodeToken,
 )
 from fleet.nodes.validators import normalize_roles
@@ -179,7 +178,6 @@ def node_heartbeat(
     agent_version: str | None = None,
     device_info: dict | None = None,
     address: str | None = None,
-    telemetry: dict | None = None,
     now: datetime | None = None,
 ) -> Node:
     """A heartbeat from the node's agent. The first one registers the agent (its version,
@@ -202,16 +200,6 @@ def node_heartbeat(
         fields += ["state", "version"]
         _after_commit(NodeState.ONLINE, [node.pk])
     node.save(update_fields=fields)
-    if telemetry is not None:
-        NodeTelemetry.objects.update_or_create(
-            node=node,
-            defaults={
-                "received_at": now,
-                "interval_s": telemetry["interval_s"],
-                "power_source": telemetry.get("power_source") or "",
-                "payload": telemetry,
-            },
-        )
     return node
 
 
