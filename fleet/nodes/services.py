@@ -35,7 +35,7 @@ EDITABLE_FIELDS = frozenset({"name", "profile", "roles", "labels", "address", "s
 
 def _after_commit(event: str, node_ids: list[int]) -> None:
     """Logs a registry change once its transaction commits. Draining and returning a node
-    change what its pipeline may route to: they go through `fleet.pipelines.services`
+    change what its pipeline may route to: they go through `fleet.pipelines.node_actions`
     (`node_drain`, `node_return`), which audit, check and push; this registry only keeps
     `node_transition` for them."""
     transaction.on_commit(lambda: logger.info("nodes: %s %s", event, node_ids))

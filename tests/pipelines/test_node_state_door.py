@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from fleet.nodes.models import Node
-from fleet.pipelines import services
+from fleet.pipelines import bookkeeping
 from fleet.pipelines.models import AuditEvent, Pipeline
 from tests.conftest import client_for
 from tests.pipelines.conftest import online_node, place
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def pushed(monkeypatch):
     calls = []
-    monkeypatch.setattr(services, "push_config", lambda pid: calls.append(pid))
+    monkeypatch.setattr(bookkeeping, "push_config", lambda pid: calls.append(pid))
     return calls
 
 
