@@ -62,9 +62,12 @@ def pipeline_page(request, pk: int):
         "warmup": _warmup_of(pipeline),
     }
     if context["can_operate"]:
-        from fleet.pipelines.views import actions_context  # the planner's controls
+        from fleet.pipelines import selectors as pipeline_selectors
+        from fleet.pipelines.views import actions_context  # the operators' controls
 
         context.update(actions_context(pipeline))
+        context["revisions"] = pipeline_selectors.revisions(pipeline=pipeline)[:50]
+        context["events"] = pipeline_selectors.audit_events(pipeline=pipeline)[:50]
     return render(request, "console/pipeline.html", context)
 
 

@@ -1,4 +1,6 @@
-"""Pipeline pages: list (viewers), create/edit and the action controls (operators).
+"""Pipeline pages: list (viewers), create and the action controls (operators). A pipeline's
+own page, live figures, controls, revisions and audit log together, is the console's
+(`/pipelines/<id>/`); `/pipelines/<id>/edit` sends old links there.
 
 Every POST goes through one service; refusals (400/409 in the API) come back as a message
 on the page. The console's pipeline page can include `pipelines/_actions.html` (context:
@@ -73,7 +75,7 @@ def pipeline_new(request):
                 form.add_error(None, exc)
         else:
             messages.success(request, f"Pipeline {pipeline.name} created.")
-            return redirect("pipelines:edit", pk=pipeline.pk)
+            return redirect("console:pipeline", pk=pipeline.pk)
     return render(request, "pipelines/pipeline_new.html", {"form": form})
 
 
@@ -84,17 +86,6 @@ def actions_context(pipeline: Pipeline) -> dict:
         "other_pipelines": Pipeline.objects.exclude(pk=pipeline.pk).only("id", "name"),
         "drafter_kinds": DrafterKind.choices,
     }
-
-
-@login_required
-def pipeline_edit(request, pk: int):
-    require(request, "operate")
-    pipeline = get_object_or_404(selectors.pipeline_queryset(), pk=pk)
-    context = actions_context(pipeline) | {
-        "revisions": selectors.revisions(pipeline=pipeline)[:50],
-        "events": selectors.audit_events(pipeline=pipeline)[:50],
-    }
-    return render(request, "pipelines/pipeline_edit.html", context)
 
 
 # The page's actions: the API's action views, so a page POST is validated and carried out
@@ -173,4 +164,4 @@ def pipeline_act(request, pk: int, action: str):
     target = request.POST.get("next", "")
     if target and url_has_allowed_host_and_scheme(target, {request.get_host()}):
         return redirect(target)
-    return redirect("pipelines:edit", pk=pipeline.pk)
+    return redirect("console:pipeline", pk=pipeline.pk)
