@@ -154,12 +154,13 @@ def wall_links_page(request):
     created_token = None
     if request.method == "POST":
         name = request.POST.get("name", "").strip()
-        lifetime = LINK_LIFETIMES.get(request.POST.get("expires", ""), "bad")
+        expires = request.POST.get("expires", "")
         if not name:
             messages.error(request, "Give the link a name: where is the screen?")
-        elif lifetime == "bad":
+        elif expires not in LINK_LIFETIMES:
             messages.error(request, "Choose when the link expires.")
         else:
+            lifetime = LINK_LIFETIMES[expires]
             expires_at = timezone.now() + lifetime if lifetime else None
             link, created_token = wall_link_create(
                 name=name, actor=request.user, expires_at=expires_at

@@ -128,24 +128,21 @@ class NodeViewSet(
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class NodeActionView(RegistryErrorsMixin, GenericAPIView):
-    """A state action on one node: POST with no body (If-Match optional)."""
+class NodeRetireView(RegistryErrorsMixin, GenericAPIView):
+    """Retire one node: POST with no body (If-Match optional). Draining and returning are
+    served by the pipelines app (fleet/pipelines/api.py): they change what a pipeline may
+    route to."""
 
     queryset = selectors.node_queryset()
     serializer_class = NodeSerializer
-    service = None
+    write_action = "administer"
 
     @extend_schema(request=None, responses={200: NodeSerializer}, parameters=[IF_MATCH])
     def post(self, request, pk):
-        node = type(self).service(
+        node = services.node_retire(
             node=self.get_object(), expected_version=expected_version(request)
         )
         return node_response(node)
-
-
-class NodeRetireView(NodeActionView):
-    write_action = "administer"
-    service = staticmethod(services.node_retire)
 
 
 class NodeTokenListView(GenericAPIView):

@@ -16,6 +16,7 @@ from rest_framework.views import APIView
 from fleet.nodes import selectors as node_selectors
 from fleet.nodes.api import IF_MATCH, RegistryErrorsMixin, node_response
 from fleet.nodes.api import expected_version as node_expected_version
+from fleet.nodes.models import Node
 from fleet.nodes.serializers import NodeSerializer
 from fleet.pipelines import selectors, services
 from fleet.pipelines.inputs import (
@@ -327,6 +328,9 @@ class _NodeStateAction(RegistryErrorsMixin, GenericAPIView):
     queryset = node_selectors.node_queryset()
     serializer_class = NodeSerializer
     write_action = "operate"
+
+    def act(self, **kw) -> Node:
+        raise NotImplementedError
 
     @extend_schema(request=NodeStateInput, responses={200: NodeSerializer}, parameters=[IF_MATCH])
     def post(self, request, pk):

@@ -7,6 +7,8 @@ after, why), and push the committed configuration to the running workers after c
 
 from __future__ import annotations
 
+from functools import partial
+
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
@@ -27,9 +29,13 @@ def push_config(pipeline_id: int) -> None:
         push_pipeline_config(pipeline)
 
 
+def _push(pipeline_id: int) -> None:
+    push_config(pipeline_id)  # looked up at call time: tests replace push_config
+
+
 def push_after_commit(*pipeline_ids: int) -> None:
     for pid in dict.fromkeys(pipeline_ids):
-        transaction.on_commit(lambda pid=pid: push_config(pid))
+        transaction.on_commit(partial(_push, pid))
 
 
 def actor_of(actor) -> tuple[object | None, str]:

@@ -120,13 +120,14 @@ def _form_data(post, action: str, pipeline: Pipeline) -> dict:
         if "auto_mode_present" in post:
             data["auto_mode"] = post.get("auto_mode") == "on"
         if "auto_bounds_present" in post:
-            fields = AutoBoundsFields(data={**data, "auto_allow_split": "auto_allow_split" in post})
-            _valid(fields, "auto_bounds")
-            data["auto_bounds"] = fields.bounds(pipeline.auto_bounds or {})
+            split = "auto_allow_split" in post
+            bounds = AutoBoundsFields(data={**data, "auto_allow_split": split})
+            _valid(bounds, "auto_bounds")
+            data["auto_bounds"] = bounds.bounds(pipeline.auto_bounds or {})
     elif action == "k_policy":
-        fields = KPolicyFields(data=data)
-        _valid(fields, "k_policy")
-        data["k_policy"] = fields.k_policy()
+        policy = KPolicyFields(data=data)
+        _valid(policy, "k_policy")
+        data["k_policy"] = policy.k_policy()
     elif action == "move":
         data.pop("version", None)  # the form shows this pipeline's version, not the destination's
     return data

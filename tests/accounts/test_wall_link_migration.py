@@ -1,6 +1,8 @@
 """Wall links moved from the console app to accounts without losing a row: a link created
 before the move is the same link (id, name, expiry, creator) after it, and its token works."""
 
+from datetime import timedelta
+
 import pytest
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
@@ -15,7 +17,7 @@ def test_existing_wall_links_survive_the_move(admin):
     executor = MigrationExecutor(connection)
     executor.migrate(BEFORE)
     old = executor.loader.project_state(BEFORE).apps.get_model("console", "WallLink")
-    expires = timezone.now() + timezone.timedelta(days=1)
+    expires = timezone.now() + timedelta(days=1)
     link = old.objects.create(name="NOC left", created_by_id=admin.pk, expires_at=expires)
 
     executor = MigrationExecutor(connection)  # reload the graph, as `migrate` would
