@@ -8,6 +8,7 @@ Other processes on the machine discover the running one through that record.
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -65,7 +66,11 @@ def discover(data_dir: Path) -> str | None:
 
 
 class EmbeddedRedis:
-    """Starts a private redis-server on a free loopback port; `stop()` ends it."""
+    """Starts a private redis-server on a free loopback port; `stop()` ends it.
+
+    Loopback is not private on a shared machine: the server requires a random password, read
+    from a 0600 config file (not the command line, which any local user can read in /proc),
+    and the URL that carries it is recorded 0600 too."""
 
     def __init__(self, data_dir: Path, *, record: bool = True):
         self.dir = Path(data_dir) / "redis"
@@ -76,9 +81,13 @@ class EmbeddedRedis:
     def start(self, timeout: float = 10.0) -> str:
         private_dir(self.dir)
         port = _free_port()
+        password = secrets.token_urlsafe(24)
+        config = self.dir / "redis.conf"
+        write_private(config, f"requirepass {password}\n")
         self.process = subprocess.Popen(
             [
                 _binary(),
+                str(config),
                 "--port",
                 str(port),
                 "--bind",
@@ -96,13 +105,14 @@ class EmbeddedRedis:
             stderr=subprocess.DEVNULL,
             preexec_fn=_detach_and_die_with_parent,
         )
-        self.url = f"redis://127.0.0.1:{port}/0"
+        self.url = f"redis://:{password}@127.0.0.1:{port}/0"
         deadline = time.monotonic() + timeout
         while not _alive(self.url):
             if self.process.poll() is not None or time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError(f"embedded redis-server did not start on port {port}")
             time.sleep(0.05)
+        config.unlink(missing_ok=True)  # read at start; the password lives on in the URL only
         if self.record:
             write_private(self.dir / "url", self.url)
         return self.url

@@ -48,7 +48,7 @@ def healthz(request):
 
 def _pipeline_servable() -> bool:
     from inference.router import NoCapacity, pick_pair
-    from inference.submission import servable_pipelines
+    from inference.serving.request_rules import servable_pipelines
 
     for pipeline in servable_pipelines():
         try:

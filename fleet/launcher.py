@@ -44,8 +44,9 @@ from django.utils.module_loading import import_string
 
 from fleet.supervision import FAILED, RESTARTING, RUNNING, write_state
 
-# Dotted paths of `factory(settings) -> list[ChildSpec]`, started between the control worker
-# and the web server. Later: node workers (draft/verify), the simulator.
+# Dotted paths of `factory(settings) -> list[ChildSpec]`, started in this order between the
+# control worker and the web server: the telemetry aggregator, the fleet simulator, the local
+# node workers (draft/verify). By convention each lives in a `launch.py` beside its code.
 CHILD_FACTORIES: list[str] = [
     "fleet.telemetry.launch.aggregator_children",
     "fleet.planner.launch.simulator_children",
@@ -127,7 +128,7 @@ def web_server(settings, *, host: str, port: int) -> ChildSpec:
 def children(settings, *, host: str, port: int) -> list[ChildSpec]:
     """Everything `manage.py up` runs besides the embedded Redis, in start order."""
     specs = [control_worker(settings)]
-    for path in CHILD_FACTORIES:  # later: node workers, simulator
+    for path in CHILD_FACTORIES:
         specs.extend(import_string(path)(settings))
     specs.append(web_server(settings, host=host, port=port))
     return specs

@@ -35,6 +35,8 @@ def _secret_key() -> str:
 SECRET_KEY = _secret_key()
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+# A CSRF failure on an API path answers the API's JSON error, pages keep Django's page.
+CSRF_FAILURE_VIEW = "fleet.guard.pages.csrf_failure"
 
 INSTALLED_APPS = [
     "daphne",
@@ -202,14 +204,18 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["fleet.accounts.permissions.RolePermission"],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    # fleet.guard: one place where bad input stops (text, depth, size, integer ranges, page
+    # sizes) and stored text always renders.
+    "DEFAULT_PARSER_CLASSES": ["fleet.guard.rest.SafeJSONParser"],
+    "DEFAULT_PAGINATION_CLASS": "fleet.guard.rest.CappedLimitOffsetPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_FILTER_BACKENDS": [
         "django_filters.rest_framework.DjangoFilterBackend",
         "rest_framework.filters.OrderingFilter",
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_RENDERER_CLASSES": ["fleet.guard.rest.SafeJSONRenderer"],
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
     "EXCEPTION_HANDLER": "fleet.accounts.errors.exception_handler",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
@@ -221,6 +227,10 @@ SPECTACULAR_SETTINGS = {
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "fleet.guard.schema.document_errors",  # the error statuses every view shares
+    ],
     # Nodes and generations both have a "state" field: name their enums apart.
     "ENUM_NAME_OVERRIDES": {
         "NodeStateEnum": "fleet.nodes.choices.NodeState",

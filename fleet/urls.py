@@ -10,7 +10,7 @@ api_v1 = [
     # split view + sidecar: no inline script, no CDN (Content-Security-Policy)
     path("docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="swagger-ui"),
     path("", include("fleet.nodes.urls_api")),
-    path("", include("inference.urls_api")),
+    path("", include("inference.serving.urls_api")),
     path("", include("fleet.accounts.urls_api")),
     path("", include("fleet.pipelines.urls_api")),
     path("", include("fleet.planner.urls_api")),
@@ -26,9 +26,15 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/v1/", include(api_v1)),
-    path("v1/", include("inference.openai_urls")),
+    path("v1/", include("inference.serving.openai_urls")),
     path("nodes/", include("fleet.nodes.urls")),
     path("pipelines/", include("fleet.pipelines.urls")),
     path("planner/", include("fleet.planner.urls")),
     path("", include("fleet.console.urls")),
 ]
+
+# JSON errors on /api/ and /v1/ paths (413 for bodies over the upload limit), pages elsewhere.
+handler400 = "fleet.guard.pages.bad_request"
+handler403 = "fleet.guard.pages.permission_denied"
+handler404 = "fleet.guard.pages.page_not_found"
+handler500 = "fleet.guard.pages.server_error"

@@ -41,7 +41,7 @@ def is_terminal_state(state: str) -> bool:
 def node_inspect(node_id: int) -> dict | None:
     """What a node worker last said it holds (KV slots in use, sequence ids), or None if
     no worker of that node has reported. Written by the worker at each change."""
-    from inference.streams import _client
+    from inference.wire import _client
 
     raw = _client().get(inspect_key(node_id))
     return json.loads(raw) if raw else None

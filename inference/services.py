@@ -20,7 +20,7 @@ from django.utils import timezone
 from fleet.nodes.choices import NodeState
 from fleet.nodes.models import Node
 from fleet.pipelines.models import Pipeline
-from inference import streams
+from inference import wire
 from inference.models import Generation, GenerationState
 from inference.router import NoCapacity, pick_pair
 from inference.selectors import generations_active
@@ -39,7 +39,6 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_DEADLINE_S = 600  # a generation still active this long after submit fails
 MAX_ATTEMPTS = 3  # first run + two re-routes
-S = GenerationState
 
 
 def _locked(generation: Generation) -> Generation:
@@ -95,7 +94,7 @@ def _completion_tokens(generation_id) -> int:
     try:
         return sum(
             len(e.get("tokens", []))
-            for _, e in streams.read_all(generation_id)
+            for _, e in wire.read_all(generation_id)
             if e.get("type") == "tokens"
         )
     except Exception:  # the stream is best effort here; the row is the record
@@ -118,11 +117,9 @@ def _end(generation: Generation, *, state: str, finish_reason: str, error: str =
         for node_id in node_ids:
             messaging.send(node_id, "cancel", {"gen": str(gid)})
         if error:
-            streams.publish(gid, streams.error_event(error))
+            wire.publish(gid, wire.error_event(error))
         else:
-            streams.publish(
-                gid, streams.done_event(finish_reason, prompt_n, _completion_tokens(gid))
-            )
+            wire.publish(gid, wire.done_event(finish_reason, prompt_n, _completion_tokens(gid)))
 
     transaction.on_commit(after)
 
@@ -133,7 +130,7 @@ def generation_cancel(*, generation: Generation, actor=None) -> Generation:
     generation = _locked(generation)
     if generation.is_terminal:
         return generation
-    _end(generation, state=S.CANCELLED, finish_reason="cancelled")
+    _end(generation, state=GenerationState.CANCELLED, finish_reason="cancelled")
     return generation
 
 
@@ -144,7 +141,7 @@ def generation_fail(
     generation = _locked(generation)
     if generation.is_terminal:
         return generation
-    _end(generation, state=S.FAILED, finish_reason=finish_reason, error=error)
+    _end(generation, state=GenerationState.FAILED, finish_reason=finish_reason, error=error)
     return generation
 
 
@@ -169,13 +166,13 @@ def generations_claim(*, starts: list[tuple[str, int]], now: datetime | None = N
         by_attempt.setdefault(attempt, []).append(gid)
     for attempt, ids in by_attempt.items():
         with transaction.atomic():
-            Generation.objects.filter(pk__in=ids, state=S.QUEUED, attempts=attempt).update(
-                state=S.RUNNING, started_at=now
-            )
+            Generation.objects.filter(
+                pk__in=ids, state=GenerationState.QUEUED, attempts=attempt
+            ).update(state=GenerationState.RUNNING, started_at=now)
             claimed |= {
                 str(pk)
                 for pk in Generation.objects.filter(
-                    pk__in=ids, state=S.RUNNING, attempts=attempt, started_at=now
+                    pk__in=ids, state=GenerationState.RUNNING, attempts=attempt, started_at=now
                 ).values_list("pk", flat=True)
             }
     return claimed
@@ -197,9 +194,11 @@ def generation_finish(
     error: str = "",
 ) -> bool:
     """running -> finished (or failed with `error`) by the verifier that ran this attempt."""
-    state = S.FAILED if error else S.FINISHED
+    state = GenerationState.FAILED if error else GenerationState.FINISHED
     return bool(
-        Generation.objects.filter(pk=generation_id, state=S.RUNNING, attempts=attempt).update(
+        Generation.objects.filter(
+            pk=generation_id, state=GenerationState.RUNNING, attempts=attempt
+        ).update(
             state=state,
             finish_reason=finish_reason,
             error=db_text(error),
@@ -238,7 +237,7 @@ def generation_reroute(
     if generation.attempts >= MAX_ATTEMPTS:
         _end(
             generation,
-            state=S.FAILED,
+            state=GenerationState.FAILED,
             finish_reason="error",
             error=f"{reason}; gave up after {generation.attempts} attempts",
         )
@@ -246,11 +245,16 @@ def generation_reroute(
     try:
         pair = pick_pair(generation.pipeline, exclude=bad)
     except NoCapacity as exc:
-        _end(generation, state=S.FAILED, finish_reason="error", error=f"{reason}; {exc}")
+        _end(
+            generation,
+            state=GenerationState.FAILED,
+            finish_reason="error",
+            error=f"{reason}; {exc}",
+        )
         return generation
-    if generation.state != S.QUEUED:
-        generation.check_transition(S.QUEUED)
-        generation.state = S.QUEUED
+    if generation.state != GenerationState.QUEUED:
+        generation.check_transition(GenerationState.QUEUED)
+        generation.state = GenerationState.QUEUED
     old_attempt = generation.attempts
     generation.drafter, generation.verifier = pair.drafter, pair.verifier
     generation.attempts += 1
@@ -259,7 +263,7 @@ def generation_reroute(
     gid, verifier_id = generation.pk, pair.verifier.pk
 
     def after():
-        streams.publish(gid, streams.requeued_event(reason))
+        wire.publish(gid, wire.requeued_event(reason))
         for node_id in old:  # the old attempt ends there (a live node frees its slots)
             messaging.send(node_id, "cancel", {"gen": str(gid), "attempt": old_attempt})
         messaging.send(verifier_id, "start", payload)
@@ -300,7 +304,7 @@ def _reroute_all(generations, report: dict, *, why: str = "") -> None:
         g = generation_reroute(generation=g, reason=reason, attempt=seen)
         if g.attempts > seen:
             report["rerouted"].append(str(g.pk))
-        elif g.state == S.FAILED:
+        elif g.state == GenerationState.FAILED:
             report["failed"].append(str(g.pk))
 
 

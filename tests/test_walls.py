@@ -177,11 +177,6 @@ def test_the_web_process_never_imports_torch():
     assert not {m for m in loaded if matches(m, ("inference.engine", "inference.training"))}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 11: fleet/planner/bench.py imports the engine and training; the planner "
-    "benchmark moves to inference/bench/",
-)
 def test_fleet_and_serving_import_nothing_of_the_torch_side():
     """Direct imports, lazy ones included: a lazy import is torch on the web process's path."""
     files = source_files("fleet", commands=False) + source_files("inference/serving")
@@ -199,11 +194,6 @@ def test_the_control_plane_side_of_inference_never_imports_the_node_side():
     assert crossings(files, TORCH_SIDE) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 11: fleet/planner/bench.py:118-156 and bench_planner.py import the engine "
-    "and training; the planner benchmark moves beside the others in inference/bench/",
-)
 def test_the_planner_never_imports_the_engine_or_training():
     files = source_files("fleet/planner")
     assert crossings(files, ("torch", "inference.engine", "inference.training")) == []

@@ -35,15 +35,18 @@ def user_for_api_key(plain: str):
 
 
 def user_for_request_key(request, plain: str):
-    """`user_for_api_key` behind the lockout of the request's address: raises
-    `key_throttle.KeyAuthLocked` while it is locked out; a wrong key counts one failure.
+    """`user_for_api_key` behind the lockout of the request's address: a wrong key counts one
+    failure, and raises `key_throttle.KeyAuthLocked` once the address is locked out. A valid
+    key always works: keys are 256-bit random (a lockout cannot make guessing any harder), and
+    refusing them would let anyone behind the same NAT or proxy lock every client out.
     Every API-key login over HTTP (REST, SSE, /v1) goes through here."""
+    user = user_for_api_key(plain)
+    if user is not None:
+        return user
     address = key_throttle.client_address(request)
     key_throttle.check(address)
-    user = user_for_api_key(plain)
-    if user is None:
-        key_throttle.record_failure(address)
-    return user
+    key_throttle.record_failure(address)
+    return None
 
 
 class ApiKeyAuthentication(authentication.BaseAuthentication):

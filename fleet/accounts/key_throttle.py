@@ -32,7 +32,7 @@ def client_address(request) -> str:
 
 
 def _redis():
-    from fleet.telemetry.ingest import client
+    from fleet.redis_clients import client
 
     return client()
 

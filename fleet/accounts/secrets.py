@@ -28,4 +28,8 @@ def split_prefix(plain: str, kind: str) -> str | None:
 
 
 def same(a: str, b: str) -> bool:
-    return hmac.compare_digest(a, b)
+    """Constant-time equality; bytes, because compare_digest raises on non-ASCII str (a bearer
+    token is whatever the client sent)."""
+    return hmac.compare_digest(
+        a.encode("utf-8", "surrogatepass"), b.encode("utf-8", "surrogatepass")
+    )

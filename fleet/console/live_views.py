@@ -193,6 +193,6 @@ def wall_link_revoke_view(request, pk: int):
 
 
 def _warmup_of(pipeline):
-    from inference.readiness import warming_up
+    from inference.serving.readiness import warming_up
 
     return warming_up([pipeline]).get(pipeline.pk)

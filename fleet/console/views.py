@@ -39,7 +39,7 @@ def home(request):
 def _warming() -> list:
     """(pipeline, warm-up) of the real pipelines still preparing their models."""
     from fleet.pipelines.models import Pipeline
-    from inference.readiness import warming_up
+    from inference.serving.readiness import warming_up
 
     pipelines = list(Pipeline.objects.filter(simulated=False).order_by("name"))
     found = warming_up(pipelines)

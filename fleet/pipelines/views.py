@@ -48,7 +48,7 @@ class PipelineForm(forms.Form):
 def pipeline_list(request):
     require(request, "view")
     page = Paginator(selectors.pipeline_list(), PAGE_SIZE).get_page(request.GET.get("page"))
-    from inference.readiness import warming_up
+    from inference.serving.readiness import warming_up
 
     warming = warming_up(page.object_list)
     for pipeline in page.object_list:

@@ -18,7 +18,7 @@ from fleet.planner import services, whatif
 class Recommendation(APIView):
     @extend_schema(responses=OpenApiTypes.OBJECT, description="Current vs recommended (modeled).")
     def get(self, request, pk: int):
-        return Response(services.recommendation(get_object_or_404(Pipeline, pk=pk)))
+        return Response(services.recommendation(pipeline=get_object_or_404(Pipeline, pk=pk)))
 
 
 class Preview(APIView):
@@ -31,7 +31,7 @@ class Preview(APIView):
         pipeline = get_object_or_404(Pipeline, pk=pk)
         if not isinstance(request.data, dict):
             raise serializers.ValidationError({"action": "send a JSON object"})
-        return Response(services.preview(pipeline, dict(request.data)))
+        return Response(services.preview(pipeline=pipeline, action=dict(request.data)))
 
 
 class ApplyInput(serializers.Serializer):
@@ -49,7 +49,7 @@ class Apply(APIView):
         data = ApplyInput(data=request.data)
         data.is_valid(raise_exception=True)
         result = services.apply(
-            pipeline,
+            pipeline=pipeline,
             what=data.validated_data["what"],
             actor=request.user,
             expected_version=expected_version(request, data.validated_data),

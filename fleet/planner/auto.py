@@ -63,8 +63,8 @@ def decide(pipeline: Pipeline, *, now: datetime | None = None) -> Decision:
             False,
             f"last change {int((now - last).total_seconds())} s ago (< {interval:.0f} s)",
         )
-    rec = services.recommendation(pipeline)
-    if not rec["available"]:
+    rec = services.recommendation(pipeline=pipeline)
+    if rec["available"] is False:
         return Decision(pipeline.pk, False, rec["reason"])
     decision = _try_k_policy(pipeline, rec, band)
     if decision.applied or not bounds.get("allow_split"):
@@ -73,7 +73,7 @@ def decide(pipeline: Pipeline, *, now: datetime | None = None) -> Decision:
     return split if split.applied else decision
 
 
-def _try_k_policy(pipeline: Pipeline, rec: dict, band: float) -> Decision:
+def _try_k_policy(pipeline: Pipeline, rec: services.Recommendation, band: float) -> Decision:
     proposal = rec["k_policy"]
     if not proposal["changes"]:
         return Decision(pipeline.pk, False, "the current k policy is the recommended one")
@@ -101,7 +101,7 @@ def _try_k_policy(pipeline: Pipeline, rec: dict, band: float) -> Decision:
     return Decision(pipeline.pk, True, reason, proposal["k_policy"])
 
 
-def _try_split(pipeline: Pipeline, rec: dict, band: float) -> Decision:
+def _try_split(pipeline: Pipeline, rec: services.Recommendation, band: float) -> Decision:
     """Switch flexible nodes between drafting and verifying (only with `allow_split` in the
     bounds: it moves nodes, so the operator opts in)."""
     split = rec["split"]
@@ -114,7 +114,11 @@ def _try_split(pipeline: Pipeline, rec: dict, band: float) -> Decision:
     )
     try:
         services.apply(
-            pipeline, what="split", actor=PLANNER, expected_version=pipeline.version, reason=reason
+            pipeline=pipeline,
+            what="split",
+            actor=PLANNER,
+            expected_version=pipeline.version,
+            reason=reason,
         )
     except (Conflict, ValidationError) as exc:
         return Decision(pipeline.pk, False, f"skipped: {exc}")

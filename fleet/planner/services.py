@@ -1,11 +1,15 @@
 """The planner applied to pipelines: recommendations beside the current configuration,
 previews of proposed actions, and `apply` (recorded like any operator action).
 
-Every figure here is modeled; dictionaries carry `"modeled": True` and the sources of
-their inputs (measured telemetry or the hardware roofline).
+Every figure here is modeled; answers carry `"modeled": True` and the sources of their
+inputs (measured telemetry or the hardware roofline). The answers are JSON objects served as
+they are by the API, so their shapes are TypedDicts.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, TypedDict
 
 from django.core.exceptions import ValidationError
 
@@ -22,6 +26,63 @@ from fleet.planner.recommend import (
     policy_from_table,
     predict_policy,
 )
+
+
+@dataclass(frozen=True)
+class PlannerContext:
+    """What the planner models a pipeline from: its model (measured curves or the roofline),
+    the measured inputs behind it, and the placements it was built from."""
+
+    model: PipelineModel
+    measured: dict[str, Any]
+    placements: list[Placement]
+
+
+class Unavailable(TypedDict):
+    pipeline: int
+    available: Literal[False]
+    modeled: bool
+    reason: str
+
+
+class Recommendation(TypedDict):
+    """Current configuration beside the planner's k policy and drafter:verifier split; the
+    predictions are `Prediction.as_dict()` figures."""
+
+    pipeline: int
+    version: int
+    available: Literal[True]
+    modeled: bool
+    sources: dict[str, Any]
+    inputs: dict[str, Any]
+    current: dict[str, Any]
+    k_policy: dict[str, Any]
+    split: dict[str, Any]
+
+
+class Preview(TypedDict):
+    pipeline: int
+    action: dict[str, Any]
+    modeled: bool
+    sources: dict[str, Any]
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+    difference: dict[str, Any] | None
+
+
+class SwitchedNode(TypedDict):
+    node: int
+    role: str
+
+
+class AppliedKPolicy(TypedDict):
+    applied: Literal["k_policy"]
+    k_policy: dict[str, Any]
+
+
+class AppliedSplit(TypedDict):
+    applied: Literal["split"]
+    switched: list[SwitchedNode]
 
 
 def _placements(pipeline: Pipeline) -> list[Placement]:
@@ -55,19 +116,20 @@ def _flexible(placements: list[Placement]) -> tuple[list[int], list[int]]:
     return drafters, verifiers
 
 
-def context(pipeline: Pipeline) -> tuple[PipelineModel, dict, list[Placement]]:
+def context(*, pipeline: Pipeline) -> PlannerContext:
     placements = _placements(pipeline)
     measured = inputs.measured(pipeline)
-    return (
-        inputs.pipeline_model(pipeline, placements=placements, measured_inputs=measured),
-        measured,
-        placements,
+    return PlannerContext(
+        model=inputs.pipeline_model(pipeline, placements=placements, measured_inputs=measured),
+        measured=measured,
+        placements=placements,
     )
 
 
-def recommendation(pipeline: Pipeline) -> dict:
+def recommendation(*, pipeline: Pipeline) -> Recommendation | Unavailable:
     """Current configuration vs the planner's: k table and drafter:verifier split."""
-    m, measured, placements = context(pipeline)
+    ctx = context(pipeline=pipeline)
+    m, measured, placements = ctx.model, ctx.measured, ctx.placements
     if m.n_verifiers == 0 or m.verifier is None and m.verify_curve is None:
         return {
             "pipeline": pipeline.pk,
@@ -141,12 +203,13 @@ def recommendation(pipeline: Pipeline) -> dict:
 PREVIEW_ACTIONS = ("set_k_policy", "set_batch_caps", "place", "remove_node", "change_role", "split")
 
 
-def preview(pipeline: Pipeline, action: dict) -> dict:
+def preview(*, pipeline: Pipeline, action: dict[str, Any]) -> Preview:
     """What the planner predicts before and after a proposed action (nothing is changed)."""
     kind = action.get("action")
     if kind not in PREVIEW_ACTIONS:
         raise ValidationError({"action": f"one of {', '.join(PREVIEW_ACTIONS)}"})
-    m, measured, placements = context(pipeline)
+    ctx = context(pipeline=pipeline)
+    m, measured, placements = ctx.model, ctx.measured, ctx.placements
     batch = operating_batch(pipeline, measured)
     policy = pipeline.k_policy
     after_m, after_policy, after_batch = m, policy, batch
@@ -205,17 +268,23 @@ def _after_node_change(m: PipelineModel, pipeline, placements, action, kind) -> 
 
 
 def apply(
-    pipeline: Pipeline, *, what: str, actor, expected_version: int | None = None, reason: str = ""
-) -> dict:
+    *,
+    pipeline: Pipeline,
+    what: str,
+    actor,
+    expected_version: int | None = None,
+    reason: str = "",
+) -> AppliedKPolicy | AppliedSplit:
     """Apply the current recommendation (`what`: "k_policy" or "split") through the same
     audited, version-checked services as any operator action."""
-    rec = recommendation(pipeline)
-    if not rec["available"]:
+    rec = recommendation(pipeline=pipeline)
+    if rec["available"] is False:
         raise ValidationError({"what": rec["reason"]})
-    why = (
-        reason
-        or f"planner recommendation ({what}), predicted goodput {rec[what if what == 'split' else 'k_policy']['difference']['goodput_pct']}%"
-    )
+    why = reason
+    if not why:
+        proposal = rec["split"] if what == "split" else rec["k_policy"]
+        goodput_pct = proposal["difference"]["goodput_pct"]
+        why = f"planner recommendation ({what}), predicted goodput {goodput_pct}%"
     if what == "k_policy":
         pipeline_services.pipeline_set_k_policy(
             pipeline_id=pipeline.pk,
@@ -246,5 +315,6 @@ def apply(
                 reason=why,
             )
             version = None  # our own changes bump the version; the first check is enough
-        return {"applied": "split", "switched": [{"node": n, "role": r} for n, r in switch]}
+        switched = [SwitchedNode(node=n, role=r) for n, r in switch]
+        return {"applied": "split", "switched": switched}
     raise ValidationError({"what": "k_policy or split"})

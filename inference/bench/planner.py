@@ -25,6 +25,8 @@ from pathlib import Path
 from fleet.planner.batch_runs import predict_run, predict_run_trace
 from fleet.planner.model import Curve, PipelineModel, fit_linear, fit_linear2
 
+from .prompts import stdlib_prompts
+
 BATCHES = (1, 4, 16)
 KS = tuple(range(7))
 
@@ -130,12 +132,6 @@ def load_pair(
     return verify, draft, tok, max_len
 
 
-def prompts_for(n: int, length: int, seed: int = 7) -> list[list[int]]:
-    from inference.training.corpus import heldout_prompts, load_corpus
-
-    return heldout_prompts(load_corpus(), n, length, seed)
-
-
 def run_sweep(
     models_dir: Path,
     *,
@@ -163,11 +159,12 @@ def run_sweep(
     )
     if prompt_len + new_tokens + max(ks) + 2 > max_len:
         raise ValueError(
-            f"prompt {prompt_len} + {new_tokens} new tokens does not fit the models' {max_len} positions"
+            f"prompt {prompt_len} + {new_tokens} new tokens "
+            f"does not fit the models' {max_len} positions"
         )
     timings, all_t = Timings(), Timings()
     _instrument(verify, draft, timings, now)
-    prompts = prompts_for(max(batches), prompt_len)
+    prompts = stdlib_prompts(max(batches), prompt_len, seed=7)
     params = SamplingParams(temperature=0.0, max_tokens=new_tokens, ignore_eos=True)
     results: list[RunResult] = []
     # warm-up (allocator, caches, threads)
@@ -395,7 +392,8 @@ def format_rows(report: dict) -> str:
     for r in report["rows"]:
         mark = (" <- planner" if r["chosen"] else "") + (" (best measured)" if r["best"] else "")
         lines.append(
-            f"{r['batch']:>5} {r['k']:>2} {r['measured_tps']:>15.1f} {r['predicted_tps']:>16.1f} {r['error']:>6.1%}{mark}"
+            f"{r['batch']:>5} {r['k']:>2} {r['measured_tps']:>15.1f} {r['predicted_tps']:>16.1f} "
+            f"{r['error']:>6.1%}{mark}"
         )
     lines.append(
         f"acceptance input: {report['acceptance_input']}"

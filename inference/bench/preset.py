@@ -31,10 +31,10 @@ from inference.engine.config import ModelConfig
 from inference.engine.engines import VerifyEngine
 from inference.engine.generator import generate
 from inference.engine.memory import weights_memory
-from inference.engine.model import Transformer
 from inference.engine.sampling import SamplingParams
+from inference.engine.transformer import Transformer
 
-from .stats import median
+from .spec_arithmetic import median
 
 _LLAMA3_ROPE = {
     "rope_type": "llama3",
@@ -235,7 +235,8 @@ def hf_compiled_decode_tok_s(
     t0 = time.perf_counter()
     run(n), run(1)  # compiles (both shapes)
     log(
-        f"  HF static cache + torch.compile: compiled and warmed in {time.perf_counter() - t0:.0f} s"
+        "  HF static cache + torch.compile: "
+        f"compiled and warmed in {time.perf_counter() - t0:.0f} s"
     )
     ts = [(run(n), run(1)) for _ in range(3)]
     return (n - 1) / median([a - b for a, b in ts])
@@ -311,7 +312,8 @@ def _run(
     steps: dict[str, float] = {}
     for B in cfg.batches:
         log(
-            f"  batch {B}: plain decoding, {cfg.prompt_len}-token prompts, {cfg.new_tokens} new tokens"
+            f"  batch {B}: plain decoding, {cfg.prompt_len}-token prompts, "
+            f"{cfg.new_tokens} new tokens"
         )
         r[f"b{B}_plain_tok_s"] = _decode_tok_s(t_engine, B, cfg)
         for T in (1, cfg.k + 1):
@@ -363,11 +365,14 @@ def _run(
 def format_preset(r: dict[str, Any]) -> str:
     b = [k.removeprefix("b").removesuffix("_plain_tok_s") for k in r if k.endswith("_plain_tok_s")]
     lines = [
-        f"preset {r['preset']} ({r['target_parameters'] / 1e9:.2f}B target, {r['draft_parameters'] / 1e6:.0f}M draft), {r['dtype']} on {r['device']}:"
+        f"preset {r['preset']} ({r['target_parameters'] / 1e9:.2f}B target, "
+        f"{r['draft_parameters'] / 1e6:.0f}M draft), "
+        f"{r['dtype']} on {r['device']}:"
     ]
     for B in b:
         lines.append(
-            f"  batch {B}: plain decode {r[f'b{B}_plain_tok_s']:.1f} tok/s, verify of k+1 / plain step {r[f'verify_ratio_b{B}']:.2f}"
+            f"  batch {B}: plain decode {r[f'b{B}_plain_tok_s']:.1f} tok/s, "
+            f"verify of k+1 / plain step {r[f'verify_ratio_b{B}']:.2f}"
         )
     b1 = b[0]
     frac, hf = r.get(f"b{b1}_roofline_fraction"), r.get(f"b{b1}_vs_hf_compiled")
@@ -377,9 +382,12 @@ def format_preset(r: dict[str, Any]) -> str:
     hf_s = "not run" if hf is None else f"{hf:.2f}x"
     c = r[f"c_b{b1}"]
     lines.append(
-        f"  batch {b1}: {frac_s} of the roofline ({roof_s}); vs HF static cache + compile: {hf_s}; c = {c:.3f}"
+        f"  batch {b1}: {frac_s} of the roofline ({roof_s}); "
+        f"vs HF static cache + compile: {hf_s}; c = {c:.3f}"
     )
     lines.append(
-        f"  weights memory {r['weights_memory_ratio']:.3f}x the checkpoint; CUDA graphs {r['graphs_captured']} captured in {r['graph_capture_s']:.2f} s; attention {r['attention']}"
+        f"  weights memory {r['weights_memory_ratio']:.3f}x the checkpoint; "
+        f"CUDA graphs {r['graphs_captured']} captured in {r['graph_capture_s']:.2f} s; "
+        f"attention {r['attention']}"
     )
     return "\n".join(lines)

@@ -13,8 +13,6 @@ plain decoding (drafter_kind none) through the same path.
 
 from __future__ import annotations
 
-import asyncio
-import json
 import os
 import random
 import signal
@@ -25,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from .serving_clients import drive
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -32,13 +32,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    s = sorted(values)
-    return s[min(len(s) - 1, int(q * len(s)))]
 
 
 def _proc_cpu_s(pid: int) -> float:
@@ -184,79 +177,6 @@ def _wait(check, timeout: float, what: str, stack: Stack) -> None:
     raise RuntimeError(f"timed out waiting for {what}:\n{stack.tail()}")
 
 
-async def _client(http, base, key, prompts, max_tokens, records) -> None:
-    headers = {"Authorization": f"Bearer {key}"}
-    for prompt in prompts:
-        t0 = time.perf_counter()
-        r = await http.post(
-            f"{base}/api/v1/generations",
-            headers=headers,
-            json={
-                "pipeline": "bench",
-                "prompt": prompt,
-                "max_tokens": max_tokens,
-                "temperature": 0,
-            },
-        )
-        if r.status_code != 201:
-            raise RuntimeError(f"POST /api/v1/generations: {r.status_code} {r.text[:500]}")
-        gid = r.json()["id"]
-        rec = {"id": gid, "tokens": 0, "itl": [], "ttft": None, "finish": None}
-        last = None
-        async with http.stream(
-            "GET", f"{base}/api/v1/generations/{gid}/stream", headers=headers
-        ) as s:
-            async for line in s.aiter_lines():
-                if not line.startswith("data: "):
-                    continue
-                event = json.loads(line[6:])
-                now = time.perf_counter()
-                if event["type"] == "tokens":
-                    n = len(event["tokens"])
-                    if last is None:
-                        rec["ttft"] = now - t0
-                    else:
-                        rec["itl"].extend([(now - last) / n] * n)
-                    last = now
-                    rec["tokens"] += n
-                elif event["type"] in ("done", "error"):
-                    rec["finish"] = event.get("finish_reason") or event.get("error")
-                    break
-        records.append(rec)
-
-
-def _drive(base, key, prompts_per_client, max_tokens) -> dict:
-    import httpx
-
-    records: list[dict] = []
-
-    async def main():
-        limits = httpx.Limits(max_connections=len(prompts_per_client) * 2 + 4)
-        async with httpx.AsyncClient(timeout=600, limits=limits) as http:
-            await asyncio.gather(
-                *(_client(http, base, key, ps, max_tokens, records) for ps in prompts_per_client)
-            )
-
-    t0 = time.perf_counter()
-    asyncio.run(main())
-    wall = time.perf_counter() - t0
-    tokens = sum(r["tokens"] for r in records)
-    itl = [x for r in records for x in r["itl"]]
-    ttft = [r["ttft"] for r in records if r["ttft"] is not None]
-    errors = [r["finish"] for r in records if r["finish"] not in ("stop", "length")]
-    return {
-        "requests": len(records),
-        "tokens": tokens,
-        "wall_s": wall,
-        "tokens_per_s": tokens / wall,
-        "itl_ms_p50": (_pct(itl, 0.5) or 0) * 1000,
-        "itl_ms_p99": (_pct(itl, 0.99) or 0) * 1000,
-        "ttft_ms_p50": (_pct(ttft, 0.5) or 0) * 1000,
-        "errors": errors[:5],
-        "ids": [r["id"] for r in records],
-    }
-
-
 def _hist_delta(before: dict, after: dict) -> dict[int, int]:
     out = {}
     for k, v in after.items():
@@ -369,7 +289,7 @@ def bench(
         _wait(online, 120, "the workers to come online", stack)
         rng = random.Random(0)
         corpus = _prompts()
-        _drive(base, key, [[corpus[0]]], 8)  # warm-up
+        drive(base=base, key=key, prompts_per_client=[[corpus[0]]], max_tokens=8)  # warm-up
         report: dict = {
             "config": {
                 "k": k,
@@ -395,7 +315,7 @@ def bench(
                 time.sleep(1.2)  # the workers refresh their inspection figures each second
                 before = {r: node_inspect(nodes[r][0].pk)["stats"] for r in nodes}
                 cpu0 = stack.cpu_s()
-                res = _drive(base, key, prompts, max_tokens)
+                res = drive(base=base, key=key, prompts_per_client=prompts, max_tokens=max_tokens)
                 cpu1 = stack.cpu_s()
                 res["cpu_s"] = {k: round(cpu1[k] - cpu0[k], 2) for k in cpu1}
                 time.sleep(1.2)
@@ -458,10 +378,12 @@ def bench(
 
 def _line(mode: str, n: int, r: dict) -> str:
     return (
-        f"{mode:5s} N={n:<3d} workers {r['tokens_per_s']:7.1f} tok/s  ITL p50 {r['itl_ms_p50']:6.1f} ms "
+        f"{mode:5s} N={n:<3d} workers {r['tokens_per_s']:7.1f} tok/s  "
+        f"ITL p50 {r['itl_ms_p50']:6.1f} ms "
         f"p99 {r['itl_ms_p99']:6.1f} ms  TTFT p50 {r['ttft_ms_p50']:6.0f} ms | in-process "
         f"{r['inprocess']['tokens_per_s']:7.1f} tok/s  ratio {r['workers_vs_inprocess']:.2f} | "
-        f"verify batch mean {r['mean_verify_batch']:.1f} | busy: verifier {r['verify_busy_frac']:.2f}"
+        f"verify batch mean {r['mean_verify_batch']:.1f} "
+        f"| busy: verifier {r['verify_busy_frac']:.2f}"
         f" drafter {r['draft_busy_frac']:.2f} | greedy identical {r['greedy_identical']}"
     )
 

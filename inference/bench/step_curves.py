@@ -9,10 +9,10 @@ import time
 
 import torch
 
-from .config import ModelConfig
-from .engines import VerifyEngine
-from .model import Transformer
-from .sampling import SamplingParams
+from inference.engine.config import ModelConfig
+from inference.engine.engines import VerifyEngine
+from inference.engine.sampling import SamplingParams
+from inference.engine.transformer import Transformer
 
 SHAPES = {
     "tiny": dict(

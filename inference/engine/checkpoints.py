@@ -14,8 +14,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from .config import ModelConfig
-from .model import Transformer, rope_inv_freq
 from .tokenizer import Tokenizer
+from .transformer import Transformer, rope_inv_freq
 
 _IGNORED = ("rotary_emb.inv_freq",)
 

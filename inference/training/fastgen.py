@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from inference.engine.model import Transformer, rotate_half
+from inference.engine.transformer import Transformer, rotate_half
 
 
 def _rope(model: Transformer, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:

@@ -49,7 +49,7 @@ def build_loop(node: Node, role: str):
 
 def run(*, node_ref: str, role: str, token: str, api_url: str, loglevel: str = "WARNING") -> None:
     from fleet.celery import app
-    from inference.agent import Agent
+    from inference.worker.agent import Agent
 
     node = resolve_node(node_ref)
     loop = build_loop(node, role)

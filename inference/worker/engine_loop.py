@@ -199,7 +199,7 @@ class BaseLoop:
 
     def _write_inspect(self) -> None:
         from inference.selectors import inspect_key
-        from inference.streams import _client
+        from inference.wire import _client
 
         try:
             _client().set(inspect_key(self.node_id), json.dumps(self.inspect()), ex=3600)

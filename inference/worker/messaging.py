@@ -34,7 +34,7 @@ def round_key(node_id: int) -> str:
 
 def send(node_id: int, kind: str, payload: dict[str, Any]) -> None:
     if kind in ROUND_KINDS:
-        from inference.streams import _client
+        from inference.wire import _client
 
         key = round_key(node_id)
         pipe = _client().pipeline(transaction=False)
@@ -50,7 +50,7 @@ def send(node_id: int, kind: str, payload: dict[str, Any]) -> None:
 def discard_rounds(node_id: int) -> None:
     """Drop a dead worker's pending round messages: they belong to attempts that end with
     it, and its restarted process has no tombstones to recognise them by."""
-    from inference.streams import _client
+    from inference.wire import _client
 
     _client().delete(round_key(node_id))
 
@@ -58,7 +58,7 @@ def discard_rounds(node_id: int) -> None:
 def receive(node_id: int, timeout_s: float = 1.0) -> list[tuple[str, dict]]:
     """Round messages for a node, oldest first: blocks up to timeout_s for the first, then
     takes whatever else is already there."""
-    from inference.streams import _client
+    from inference.wire import _client
 
     client, key = _client(), round_key(node_id)
     first = client.blpop([key], timeout=timeout_s)

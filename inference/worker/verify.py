@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 
 from django.db import close_old_connections
 
-from inference import services, streams
+from inference import services, wire
 from inference.worker.detok import Detokenizer
 from inference.worker.engine_cache import sampling_params
 from inference.worker.engine_loop import FINAL, BaseLoop
@@ -176,7 +176,7 @@ class VerifyLoop(BaseLoop):
         out += [g for g, s in self.seqs.items() if s.drafter is None and g not in self.pending]
         return out
 
-    # -- prefill -------------------------------------------------------------------------------------
+    # -- prefill -----------------------------------------------------------------------------------
     def _fresh(self, starts: list[dict]) -> list[dict]:
         """Starts still to serve. A start of a later attempt of a sequence held here (it was
         re-routed back to this node and overtook the old attempt's cancel, which comes
@@ -258,7 +258,7 @@ class VerifyLoop(BaseLoop):
         self.later(services.generations_first_token, ids=[s.gen for s, _ in infos], at=now)
         drafter_starts = defaultdict(list)
         events = self._emit(results, drafter_starts=drafter_starts, items=items)
-        streams.publish_many(events)
+        wire.publish_many(events)
         for drafter, seqs in drafter_starts.items():
             for s in seqs:
                 self.sent_at.pop(s["gen"], None)  # set when the draft_start really goes out
@@ -293,11 +293,11 @@ class VerifyLoop(BaseLoop):
 
     @staticmethod
     def _resume_state(p: dict) -> tuple[list[int], str]:
-        events = streams.read_all(p["gen"])
+        events = wire.read_all(p["gen"])
         tokens = [t for _, e in events if e.get("type") == "tokens" for t in e["tokens"]]
-        return tokens, streams.collect_text(events)
+        return tokens, wire.collect_text(events)
 
-    # -- verification ---------------------------------------------------------------------------------
+    # -- verification ------------------------------------------------------------------------------
     def _verify(self, batch: list[str]) -> None:
         items = []
         for g in batch:
@@ -327,7 +327,7 @@ class VerifyLoop(BaseLoop):
             self.send(drafter, "results", payload)
         self._flush_deferred()
         t3 = time.perf_counter()
-        streams.publish_many(events)
+        wire.publish_many(events)
         phase = self.stats.add_phase
         phase("verify_forward", t1 - t0)
         phase("verify_emit", t2 - t1)
@@ -352,14 +352,12 @@ class VerifyLoop(BaseLoop):
                 text = seq.detok.push(r.tokens)
                 if r.finished:
                     text += seq.detok.finish()
-                events.append((seq.gen, streams.tokens_event(r.tokens, text, len(seq.tokens))))
+                events.append((seq.gen, wire.tokens_event(r.tokens, text, len(seq.tokens))))
             if r.finished:
                 events.append(
                     (
                         seq.gen,
-                        streams.done_event(
-                            r.finish_reason or "stop", seq.prompt_len, len(seq.tokens)
-                        ),
+                        wire.done_event(r.finish_reason or "stop", seq.prompt_len, len(seq.tokens)),
                     )
                 )
                 self._finish(seq, r.finish_reason or "stop")
@@ -404,7 +402,7 @@ class VerifyLoop(BaseLoop):
     def _fail(self, seq: VSeq, error: str) -> None:
         self.tombstones.add(seq.gen, seq.attempt)
         self.stats.errors += 1
-        streams.publish(seq.gen, streams.error_event(error))
+        wire.publish(seq.gen, wire.error_event(error))
         self.later(
             services.generation_finish,
             generation_id=seq.gen,

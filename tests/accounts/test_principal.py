@@ -37,17 +37,20 @@ def test_a_wrong_token_is_401_invalid(token):
     assert refused.value.response()["WWW-Authenticate"] == "Bearer"
 
 
-def test_a_locked_out_address_is_429_even_with_the_right_key(settings, viewer):
+def test_a_locked_out_address_gets_429_for_wrong_keys_and_the_right_key_still_works(
+    settings, viewer
+):
     settings.API_KEY_FAILURE_LIMIT = 2
     _, key = api_key_create(user=viewer, name="k")
     for i in range(2):
         with pytest.raises(Refused):
             principal_for(_request(f"tdm_{i:08x}_wrong"))
     with pytest.raises(Refused) as refused:
-        principal_for(_request(key))
+        principal_for(_request("tdm_00000009_wrong"))
     assert (refused.value.status, refused.value.code) == (429, "locked_out")
     response = refused.value.response()
     assert response.status_code == 429 and int(response["Retry-After"]) > 0
+    assert principal_for(_request(key)) == viewer
 
 
 def test_require_raises_403_unless_the_policy_allows(viewer, outsider):

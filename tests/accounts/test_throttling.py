@@ -64,21 +64,27 @@ def test_wrong_api_keys_lock_the_address_out_with_429(settings, admin):
     assert client.get("/api/v1/generations", **_bearer(good)).status_code == 200
     _fail_keys(client, settings)
 
-    response = client.get("/api/v1/generations", **_bearer(good))
+    wrong = _bearer("tdm_0000ffff_guess")
+    response = client.get("/api/v1/generations", **wrong)
     assert response.status_code == 429
     assert 0 < int(response["Retry-After"]) <= settings.API_KEY_LOCKOUT_S
     assert "detail" in response.json()
 
-    openai = client.get("/v1/models", **_bearer(good))
+    openai = client.get("/v1/models", **wrong)
     assert openai.status_code == 429
     assert openai.json()["error"]["code"] == "rate_limit_exceeded"
     assert int(openai["Retry-After"]) > 0
 
-    other = Client(REMOTE_ADDR="10.1.2.3")  # another address is not locked out
-    assert other.get("/api/v1/generations", **_bearer(good)).status_code == 200
-
-    key_throttle.reset_all()  # the lockout ends (here: cleared): the right key works again
+    # A valid key is never refused: keys cannot be guessed, and a neighbour behind the same
+    # address must not be able to lock everyone out.
     assert client.get("/api/v1/generations", **_bearer(good)).status_code == 200
+    assert client.get("/v1/models", **_bearer(good)).status_code == 200
+
+    other = Client(REMOTE_ADDR="10.1.2.3")  # another address is not locked out
+    assert other.get("/api/v1/generations", **wrong).status_code == 401
+
+    key_throttle.reset_all()  # the lockout ends (here: cleared): a wrong key is a 401 again
+    assert client.get("/api/v1/generations", **wrong).status_code == 401
 
 
 def test_valid_keys_never_count(settings, admin):

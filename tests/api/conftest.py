@@ -23,7 +23,7 @@ from tokenizers import AddedToken
 
 from fleet.nodes.models import HardwareProfile, Node
 from fleet.pipelines.models import Pipeline, Placement, PlacementRole
-from inference import services, streams
+from inference import services, wire
 from inference.training.byte_tokenizer import build_byte_tokenizer
 
 CONTEXT = 64
@@ -101,8 +101,8 @@ def script(text: str, *, finish_reason: str = "stop", prompt_tokens: int = 0, ch
     for i in range(0, len(data), chunk):
         piece = data[i : i + chunk]
         n += len(piece)
-        events.append(streams.tokens_event(list(piece), piece.decode(), n))
-    events.append(streams.done_event(finish_reason, prompt_tokens, n))
+        events.append(wire.tokens_event(list(piece), piece.decode(), n))
+    events.append(wire.done_event(finish_reason, prompt_tokens, n))
     return events
 
 
@@ -133,7 +133,7 @@ def fake_worker(monkeypatch):
             for event in events:
                 if worker.delay_s:
                     time.sleep(worker.delay_s)
-                streams.publish(generation.id, event)
+                wire.publish(generation.id, event)
 
         if worker.delay_s:
             thread = threading.Thread(target=run, daemon=True)

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from fleet.accounts.services import api_key_create
-from inference import streams
+from inference import wire
 from inference.models import Generation
 
 pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
@@ -22,7 +22,7 @@ def busy_writer(stop: threading.Event):
         generation = Generation.objects.first()
         if generation is not None:
             n += 1
-            streams.publish(generation.id, streams.tokens_event([97], "a", n))
+            wire.publish(generation.id, wire.tokens_event([97], "a", n))
         time.sleep(0.02)
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from inference import streams
+from inference import wire
 from inference.models import Generation, GenerationState
 from tests.api.conftest import CONTEXT, script
 
@@ -116,7 +116,7 @@ def test_unknown_generation_is_404(db, as_persona):
 def test_detail_shows_output_so_far_from_the_stream(serving, as_persona):
     created = as_persona("operator").post(URL, body(), format="json").json()
     for event in script("Hello, world!")[:2]:  # two token events, no done yet
-        streams.publish(created["id"], event)
+        wire.publish(created["id"], event)
     Generation.objects.filter(pk=created["id"]).update(state=GenerationState.RUNNING)
     data = as_persona("operator").get(f"{URL}/{created['id']}").json()  # its owner
     assert data["state"] == "running"
@@ -171,7 +171,7 @@ def test_cancel_permissions(serving, as_persona):
 def test_stream_sends_the_events_as_sse(serving, as_persona):
     gid = as_persona("operator").post(URL, body(), format="json").json()["id"]
     for event in script("Hi there", chunk=4):
-        streams.publish(gid, event)
+        wire.publish(gid, event)
     response = as_persona("operator").get(f"{URL}/{gid}/stream")  # its owner
     assert response.status_code == 200
     assert response["Content-Type"] == "text/event-stream"

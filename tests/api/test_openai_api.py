@@ -242,9 +242,9 @@ def test_chat_stream_chunks(serving, as_persona, fake_worker):
 
 
 def test_failed_generation(serving, as_persona, fake_worker):
-    from inference import streams
+    from inference import wire
 
-    fake_worker.events = [streams.tokens_event([65], "A", 1), streams.error_event("verifier lost")]
+    fake_worker.events = [wire.tokens_event([65], "A", 1), wire.error_event("verifier lost")]
     error = assert_openai_error(post(as_persona("operator"), "/v1/completions", GOOD), 502)
     assert "verifier lost" in error["message"] and error["code"] == "generation_failed"
     chunks = sse_payloads(post(as_persona("operator"), "/v1/completions", GOOD | {"stream": True}))
@@ -253,12 +253,12 @@ def test_failed_generation(serving, as_persona, fake_worker):
 
 
 def test_a_silent_stream_times_out_and_cancels(serving, as_persona, fake_worker, monkeypatch):
-    from inference import openai_api
+    from inference.serving import openai_api
 
     monkeypatch.setattr(openai_api, "IDLE_TIMEOUT_S", 0.3)
-    from inference import streams
+    from inference import wire
 
-    fake_worker.events = [streams.tokens_event([65], "A", 1)]  # then nothing
+    fake_worker.events = [wire.tokens_event([65], "A", 1)]  # then nothing
     error = assert_openai_error(post(as_persona("operator"), "/v1/completions", GOOD), 504)
     assert error["code"] == "timeout"
     generation = Generation.objects.get(pk=fake_worker.submitted[0].pk)

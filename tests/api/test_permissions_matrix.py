@@ -15,7 +15,7 @@ import pytest
 from django.conf import settings
 
 from fleet.pipelines.models import Pipeline
-from inference import services, streams
+from inference import services, wire
 from tests.api.conftest import place_pair, write_model_dir
 from tests.nodes.test_permissions_matrix import PERSONAS, Endpoint, World, gate
 
@@ -37,7 +37,7 @@ class ServingWorld(World):
             params={"max_tokens": 4},
             user=self.users["admin"],
         )
-        streams.publish(generation.id, streams.done_event("stop", 2, 0))
+        wire.publish(generation.id, wire.done_event("stop", 2, 0))
         return generation
 
 

@@ -1,6 +1,7 @@
-"""The proof: the official `openai` client, unchanged, against daphne (the production ASGI
-server, a subprocess) and REAL worker processes (`manage.py run_node`, one drafter and one verifier, real Redis, the test
-database) -- greedy output equals the engine's in-process output for the same prompt ids."""
+"""The proof: the official `openai` client, unchanged, against daphne (the production ASGI server, a
+subprocess) and REAL worker processes (`manage.py run_node`, one drafter and one verifier, real
+Redis, the test database) -- greedy output equals the engine's in-process output for the same prompt
+ids."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from django.utils import timezone
 
 from fleet.accounts.services import api_key_create
-from inference import streams
+from inference import wire
 from inference.models import Generation
 
 pytestmark = [
@@ -177,7 +178,7 @@ def _client_leaves(url, key, pipeline, nodes, workers):
     generation = Generation.objects.filter(pipeline=pipeline).order_by("-created_at").first()
     deadline = time.monotonic() + 20
     while (g := Generation.objects.get(pk=generation.pk)).state != "cancelled":
-        events = [e["type"] for _, e in streams.read_all(g.pk)]
+        events = [e["type"] for _, e in wire.read_all(g.pk)]
         assert time.monotonic() < deadline, (
             f"{g.state} {g.finish_reason} out={len(g.output_tokens)} created={g.created_at} "
             f"finished={g.finished_at} events={events} now={timezone.now()}"

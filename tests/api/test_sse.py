@@ -1,11 +1,12 @@
-"""inference.sse.follow: events, keep-alive ticks while silent, a timeout at the end."""
+"""inference.serving.sse.follow: events, keep-alive ticks while silent, a timeout at the end."""
 
 import asyncio
 import threading
 import time
 import uuid
 
-from inference import sse, streams
+from inference import wire
+from inference.serving import sse
 
 
 def collect(gid, **kwargs):
@@ -20,8 +21,8 @@ def test_ticks_while_silent_then_the_events():
 
     def later():
         time.sleep(0.35)
-        streams.publish(gid, streams.tokens_event([97], "a", 1))
-        streams.publish(gid, streams.done_event("stop", 1, 1))
+        wire.publish(gid, wire.tokens_event([97], "a", 1))
+        wire.publish(gid, wire.done_event("stop", 1, 1))
 
     threading.Thread(target=later).start()
     kinds = collect(gid, keepalive_s=0.1, block_ms=50)

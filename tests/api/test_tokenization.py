@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from inference import tokenization
+from inference.serving import tokenization
 from tests.api.conftest import write_model_dir
 
 
@@ -50,7 +50,7 @@ def test_missing_or_broken_model_dir_is_a_clear_error(tmp_path):
 def test_web_modules_do_not_import_torch():
     code = (
         "import django, os, sys; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'fleet.settings');"
-        "django.setup(); import fleet.urls, inference.api, inference.openai_api;"
+        "django.setup(); import fleet.urls, inference.serving.api, inference.serving.openai_api;"
         "sys.exit(1 if 'torch' in sys.modules else 0)"
     )
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0

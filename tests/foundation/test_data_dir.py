@@ -93,3 +93,16 @@ def test_the_first_run_password_is_not_printed_to_a_captured_stdout(settings):
     assert "s3cret-first-run-password" not in captured
     assert str(settings.DATA_DIR / PASSWORD_FILE) in captured  # says where to find it
     assert "s3cret-first-run-password" in _announce(_Terminal())
+
+
+def test_the_embedded_redis_needs_its_password(tmp_path):
+    """Loopback is reachable by every local user: without the URL's password, nothing."""
+    import pytest
+    import redis
+
+    with EmbeddedRedis(tmp_path, record=True) as url:
+        assert redis.Redis.from_url(url).ping()
+        bare = url.split("@", 1)[1]
+        with pytest.raises(redis.AuthenticationError):
+            redis.Redis.from_url(f"redis://{bare}").get("tandem:any")
+        assert not (tmp_path / "redis" / "redis.conf").exists()

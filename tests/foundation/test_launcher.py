@@ -301,7 +301,7 @@ def test_generations_a_previous_run_left_active_are_ended_at_start(
     """`up` was killed with streams open: at the next start their rows do not stay running
     (no worker holds them any more), and their streams end with an error event."""
     from fleet.console.management.commands.up import _close_orphans
-    from inference import streams
+    from inference import wire
     from inference.models import Generation
     from inference.worker import messaging
     from tests.serving.test_units import _pipeline, _submit
@@ -317,4 +317,4 @@ def test_generations_a_previous_run_left_active_are_ended_at_start(
         _close_orphans(specs)
     g.refresh_from_db()
     assert g.state == "failed" and "was not running when Tandem started" in g.error
-    assert streams.read_all(g.pk)[-1][1]["type"] == "error"
+    assert wire.read_all(g.pk)[-1][1]["type"] == "error"

@@ -142,11 +142,11 @@ def test_first_smollm2_answer_within_60s_is_the_engines_greedy_text(up):
     text = body["choices"][0]["message"]["content"]
     assert text.strip()
 
-    from inference import tokenization
     from inference.engine.checkpoints import load_checkpoint
     from inference.engine.engines import VerifyEngine
     from inference.engine.generator import SpeculativeGenerator
     from inference.engine.sampling import SamplingParams
+    from inference.serving import tokenization
 
     path = up.data_dir / "models" / "smollm2-135m-instruct"
     tok = tokenization.load(str(path))  # the web's tokenizer and chat template

@@ -10,7 +10,7 @@ import pytest
 
 from fleet.pipelines import services as pipeline_services
 from fleet.pipelines.models import AuditEvent, Pipeline, Placement
-from inference import streams
+from inference import wire
 from tests.serving.helpers import (
     Workers,
     make_pipeline,
@@ -43,12 +43,12 @@ def test_change_k_and_move_a_node_while_generations_stream(
         wait_online(nodes + other_nodes, workers)
         gens = [submit(pipeline, p, n_tokens, ignore_eos=True) for p in ps]
         deadline = time.monotonic() + 60
-        while min(len(tokens_of(e for _, e in streams.read_all(g.pk))) for g in gens) < 4:
+        while min(len(tokens_of(e for _, e in wire.read_all(g.pk))) for g in gens) < 4:
             assert time.monotonic() < deadline, workers.logs()
             time.sleep(0.05)
         # mid-stream: a new k policy, then a drafter moves to the other pipeline
         streaming = [
-            g for g in gens if streams.read_all(g.pk)[-1][1]["type"] not in streams.TERMINAL_TYPES
+            g for g in gens if wire.read_all(g.pk)[-1][1]["type"] not in wire.TERMINAL_TYPES
         ]
         assert streaming, "every generation ended before the change: nothing was tested"
         pipeline_services.pipeline_set_k_policy(

@@ -74,18 +74,19 @@ def test_run_auto_mode_and_task(pipeline):
 
 
 def test_recommendation_preview_apply(pipeline, operator):
-    rec = services.recommendation(pipeline)
-    assert rec["available"] and rec["modeled"]
+    rec = services.recommendation(pipeline=pipeline)
+    assert rec["available"] is True and rec["modeled"]
     assert rec["sources"]["verify_step"] == "roofline"
     assert rec["current"]["prediction"]["goodput_tps"] > 0
     pv = services.preview(
-        pipeline, {"action": "set_k_policy", "k_policy": {"mode": "fixed", "k": 0}}
+        pipeline=pipeline, action={"action": "set_k_policy", "k_policy": {"mode": "fixed", "k": 0}}
     )
+    assert pv["after"] is not None and pv["before"] is not None
     assert pv["after"]["k"] == 0 and pv["before"]["k"] == 4 and pv["modeled"]
     extra = pipeline.placements.get(role="verify").node
-    pv = services.preview(pipeline, {"action": "remove_node", "node": extra.pk})
+    pv = services.preview(pipeline=pipeline, action={"action": "remove_node", "node": extra.pk})
     assert pv["after"] is None  # no verifier left: nothing to predict
-    result = services.apply(pipeline, what="k_policy", actor=operator, expected_version=1)
+    result = services.apply(pipeline=pipeline, what="k_policy", actor=operator, expected_version=1)
     assert result["applied"] == "k_policy"
     assert AuditEvent.objects.get().actor == operator
 
@@ -98,7 +99,8 @@ def test_split_only_when_the_operator_allows_it(operator):
     place(p, online_node(name="g-v"), "verify")
     for i in range(3):  # GPU drafters that could verify: too many for one verifier
         place(p, online_node(name=f"g-d{i}"), "draft")
-    rec = services.recommendation(p)
+    rec = services.recommendation(pipeline=p)
+    assert rec["available"] is True
     assert rec["split"]["changes"] and rec["split"]["n_verifiers"] > 1
     Pipeline.objects.filter(pk=p.pk).update(
         auto_mode=True, auto_bounds={"min_interval_s": 0}, k_policy=rec["k_policy"]["k_policy"]

@@ -17,11 +17,11 @@ from django.db import connection
 from fleet.nodes.models import HardwareProfile, Node
 from fleet.nodes.services import node_register
 from fleet.pipelines.models import Pipeline, Placement
-from inference import streams
+from inference import wire
 from inference.engine.checkpoints import save_checkpoint
 from inference.engine.config import ModelConfig
-from inference.engine.model import Transformer
 from inference.engine.tokenizer import Tokenizer
+from inference.engine.transformer import Transformer
 from inference.training import byte_tokenizer as bt
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -101,7 +101,8 @@ def database_url() -> str:
         # the same options as settings' default SQLite: IMMEDIATE writers wait, never deadlock
         return f"sqlite:///{name}?timeout=20&transaction_mode=IMMEDIATE"
     s = connection.settings_dict
-    return f"postgres://{s['USER']}:{s['PASSWORD']}@{s['HOST'] or 'localhost'}:{s['PORT'] or 5432}/{name}"
+    host, port = s["HOST"] or "localhost", s["PORT"] or 5432
+    return f"postgres://{s['USER']}:{s['PASSWORD']}@{host}:{port}/{name}"
 
 
 class Workers:
@@ -179,8 +180,8 @@ def wait_done(gen_ids, timeout: float = 120, workers: Workers | None = None) -> 
     pending, out = {str(g) for g in gen_ids}, {}
     while pending and time.monotonic() < deadline:
         for g in list(pending):
-            events = streams.read_all(g)
-            if events and events[-1][1]["type"] in streams.TERMINAL_TYPES:
+            events = wire.read_all(g)
+            if events and events[-1][1]["type"] in wire.TERMINAL_TYPES:
                 out[g] = [e for _, e in events]
                 pending.discard(g)
         time.sleep(0.1)

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from inference import services, streams
+from inference import services, wire
 from inference.models import Generation
 from tests.serving.helpers import Workers, make_pipeline, tokens_of, wait_online, write_pair
 from tests.serving.test_workers import inprocess, prompts, submit
@@ -33,7 +33,7 @@ def test_killed_verifier_and_drafter_reroute_with_identical_output(
         wait_online(nodes, workers)
         gens = [submit(pipeline, p, n_tokens, ignore_eos=True) for p in ps]
         deadline = time.monotonic() + 60
-        while min(len(tokens_of(e for _, e in streams.read_all(g.pk))) for g in gens) < 4:
+        while min(len(tokens_of(e for _, e in wire.read_all(g.pk))) for g in gens) < 4:
             assert time.monotonic() < deadline, workers.logs()
             time.sleep(0.05)
         victims = [by_name["ha-verify-0"], by_name["ha-draft-1"]]
@@ -50,8 +50,8 @@ def test_killed_verifier_and_drafter_reroute_with_identical_output(
             assert time.monotonic() < deadline, f"hang: {len(ended)}/{len(gens)}\n{workers.logs()}"
             services.generations_watchdog()
             for g in gens:
-                events = [e for _, e in streams.read_all(g.pk)]
-                if events and events[-1]["type"] in streams.TERMINAL_TYPES:
+                events = [e for _, e in wire.read_all(g.pk)]
+                if events and events[-1]["type"] in wire.TERMINAL_TYPES:
                     ended[g.pk] = events
             time.sleep(0.3)
         for g, want in zip(gens, expected, strict=True):

@@ -12,7 +12,7 @@ from django.db import OperationalError
 from django.utils import timezone
 
 from fleet.pipelines.models import Pipeline
-from inference import services, streams
+from inference import services, wire
 from inference.engine.checkpoints import load_checkpoint
 from inference.engine.engines import DraftEngine, VerifyEngine
 from inference.engine.generator import SpeculativeGenerator
@@ -167,7 +167,7 @@ def test_verifier_claims_off_the_loop_retries_a_failed_claim_and_skips_ended_row
         time.sleep(0.05)
     verifier.flush_writes()
     time.sleep(0.3)  # a prefill, had there been one, would have happened by now
-    assert not tokens_of([e for _, e in streams.read_all(ended.pk)])
+    assert not tokens_of([e for _, e in wire.read_all(ended.pk)])
     assert verifier.slots()["slots_used"] == 0 and str(ended.pk) not in verifier.seqs
 
 

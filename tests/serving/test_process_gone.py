@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from fleet.nodes.models import Node
-from inference import services, streams
+from inference import services, wire
 from inference.models import Generation
 from inference.worker import messaging
 from tests.serving.test_units import _pipeline, _submit
@@ -32,8 +32,8 @@ def test_a_dead_verifier_is_lost_at_once_and_its_generations_move(
     on_v0 = [g for g in gens if g.verifier_id == v0.pk]
     assert on_v0 and len(on_v0) < len(gens)  # least loaded: spread over both
     Generation.objects.filter(pk__in=[g.pk for g in gens]).update(state="running")
-    streams.publish(on_v0[0].pk, streams.tokens_event([104], "h", 1))
-    streams._client().rpush(messaging.round_key(v0.pk), '["drafts", {}]')  # a stale round
+    wire.publish(on_v0[0].pk, wire.tokens_event([104], "h", 1))
+    wire._client().rpush(messaging.round_key(v0.pk), '["drafts", {}]')  # a stale round
     sent.clear()
 
     with django_capture_on_commit_callbacks(execute=True):
@@ -43,11 +43,11 @@ def test_a_dead_verifier_is_lost_at_once_and_its_generations_move(
     assert report["failed"] == []
     v0.refresh_from_db()
     assert v0.state == "lost"  # now, not after HEARTBEAT_PERIOD_S x TOLERANCE
-    assert streams._client().llen(messaging.round_key(v0.pk)) == 0
+    assert wire._client().llen(messaging.round_key(v0.pk)) == 0
     for g in on_v0:
         g.refresh_from_db()
         assert (g.state, g.verifier_id, g.attempts) == ("queued", v1.pk, 2)
-        last = streams.read_all(g.pk)[-1][1]
+        last = wire.read_all(g.pk)[-1][1]
         assert last["type"] == "requeued" and "killed" in last["reason"]
     assert sorted(n for n, k, _ in sent if k == "start") == [v1.pk] * len(on_v0)
     untouched = Generation.objects.exclude(pk__in=[g.pk for g in on_v0])
@@ -72,7 +72,7 @@ def test_with_no_healthy_pair_left_each_generation_ends_with_an_error_event(
         assert g.state == "failed" and g.finished_at is not None
         assert "draft-0 (drafter) is lost: its worker died" in g.error
         assert "no healthy drafter" in g.error
-        last = streams.read_all(g.pk)[-1][1]
+        last = wire.read_all(g.pk)[-1][1]
         assert last["type"] == "error" and "its worker died" in last["error"]
     # idempotent, and a node that does not exist has nothing to release
     assert services.node_process_gone(node_ref=drafter.name, reason="x") == {

@@ -1,36 +1,36 @@
-"""inference.streams against the test run's real Redis."""
+"""inference.wire against the test run's real Redis."""
 
 import asyncio
 import uuid
 
-from inference import streams
+from inference import wire
 
 
 def test_publish_read_all_and_follow_end_after_done():
     gid = uuid.uuid4()
-    streams.publish(gid, streams.tokens_event([1, 2], "ab", 2))
-    first = streams.read_all(gid)
-    streams.publish_many([(gid, streams.tokens_event([3], "c", 3))])
-    streams.publish(gid, streams.done_event("length", 4, 3))
-    events = streams.read_all(gid)
+    wire.publish(gid, wire.tokens_event([1, 2], "ab", 2))
+    first = wire.read_all(gid)
+    wire.publish_many([(gid, wire.tokens_event([3], "c", 3))])
+    wire.publish(gid, wire.done_event("length", 4, 3))
+    events = wire.read_all(gid)
     assert [e["type"] for _, e in events] == ["tokens", "tokens", "done"]
-    assert streams.collect_text(events) == "abc"
-    assert [e for _, e in streams.read_all(gid, last_id=first[0][0])][0]["text"] == "c"
+    assert wire.collect_text(events) == "abc"
+    assert [e for _, e in wire.read_all(gid, last_id=first[0][0])][0]["text"] == "c"
 
     async def run():
-        return [e async for e in streams.follow(gid, block_ms=100, timeout_s=2)]
+        return [e async for e in wire.follow(gid, block_ms=100, timeout_s=2)]
 
     followed = asyncio.run(run())
     assert [e["type"] for _, e in followed] == ["tokens", "tokens", "done"]
     import redis
     from django.conf import settings
 
-    ttl = redis.Redis.from_url(settings.REDIS_URL).ttl(streams.stream_key(gid))
-    assert 0 < ttl <= streams.TTL_S
+    ttl = redis.Redis.from_url(settings.REDIS_URL).ttl(wire.stream_key(gid))
+    assert 0 < ttl <= wire.TTL_S
 
 
 def test_follow_gives_up_on_a_silent_stream():
     async def run():
-        return [e async for e in streams.follow(uuid.uuid4(), block_ms=50, timeout_s=0.2)]
+        return [e async for e in wire.follow(uuid.uuid4(), block_ms=50, timeout_s=0.2)]
 
     assert asyncio.run(run()) == []

@@ -10,7 +10,7 @@ from rest_framework.test import APIClient
 from fleet.telemetry.aggregator import Aggregator
 from fleet.telemetry.ingest import STREAM, client, encode
 from fleet.telemetry.registry import load_registry
-from inference.agent import Agent
+from inference.worker.agent import Agent
 from tests.telemetry import factories as f
 
 pytestmark = pytest.mark.django_db

@@ -4,8 +4,8 @@ from inference.bench.spec_arithmetic import alpha_from_positions, ideal_speedup
 from inference.engine.config import ModelConfig
 from inference.engine.engines import DraftEngine, VerifyEngine
 from inference.engine.generator import SpeculativeGenerator
-from inference.engine.model import Transformer
 from inference.engine.sampling import SamplingParams
+from inference.engine.transformer import Transformer
 from inference.training.acceptance import AcceptanceStats, greedy_acceptance, replay_rounds
 
 

@@ -21,7 +21,10 @@ def _has_pair(d: Path) -> bool:
 
 
 class Command(BaseCommand):
-    help = "Measure goodput of the real engine for several k and batch sizes beside the planner's prediction."
+    help = (
+        "Measure goodput of the real engine for several k and batch sizes "
+        "beside the planner's prediction."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument(
@@ -89,7 +92,8 @@ class Command(BaseCommand):
             fallback = Path(settings.DATA_DIR) / "bench-pair"
             if not _has_pair(fallback):
                 self.stderr.write(
-                    f"no demo pair in {models_dir}: training the tiny pair into {fallback} (seconds)"
+                    f"no demo pair in {models_dir}: "
+                    f"training the tiny pair into {fallback} (seconds)"
                 )
                 from inference.training.demo_pair import train_demo_pair
 
@@ -100,7 +104,8 @@ class Command(BaseCommand):
             )
         started = time.monotonic()
         self.stderr.write(
-            f"sweep on {models_dir} ({source}): batches {batch_sizes}, k 0..{k_max}, {new_tokens} new tokens, {reps} reps"
+            f"sweep on {models_dir} ({source}): batches {batch_sizes}, k 0..{k_max}, "
+            f"{new_tokens} new tokens, {reps} reps"
         )
         ks = tuple(range(k_max + 1))
         results, timings = planner.run_sweep(
@@ -138,7 +143,10 @@ class Command(BaseCommand):
                 "cpus": os.cpu_count(),
                 "machine": platform.platform(),
                 "seconds": round(time.monotonic() - started, 1),
-                "predictions": "modeled (fleet.planner.batch_runs.predict_run_trace / predict_run with curves fitted to this sweep)",
+                "predictions": (
+                    "modeled (fleet.planner.batch_runs.predict_run_trace / predict_run "
+                    "with curves fitted to this sweep)"
+                ),
             }
         )
         self.stdout.write(planner.format_rows(report))

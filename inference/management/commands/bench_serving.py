@@ -67,7 +67,8 @@ class Command(BaseCommand):
         )
         big = max(int(n) for n in o["clients"].split(","))
         self.stdout.write(
-            f"mean verify batch at N={big}: {report[f'mean_verify_batch_n{big}']:.1f} (target >= 16); "
+            f"mean verify batch at N={big}: {report[f'mean_verify_batch_n{big}']:.1f} "
+            "(target >= 16); "
             f"workers/in-process tokens/s at N={big}: {report[f'workers_vs_inprocess_n{big}']:.2f} "
             "(target >= 0.80)"
         )

@@ -67,7 +67,8 @@ class Command(BaseCommand):
         g = manifest["heldout"]["greedy"]
         self.stdout.write(
             self.style.SUCCESS(
-                f"target {manifest['target']['params'] / 1e6:.2f}M, draft {manifest['draft']['params'] / 1e6:.2f}M params; "
+                f"target {manifest['target']['params'] / 1e6:.2f}M, "
+                f"draft {manifest['draft']['params'] / 1e6:.2f}M params; "
                 f"held-out greedy acceptance at k={g['k']}: {g['acceptance_rate']:.3f} "
                 f"(mean acceptance length {g['mean_acceptance_length']:.2f}); "
                 f"{manifest['timings_s']['total_s']:.0f} s"

@@ -17,7 +17,7 @@ import time
 
 from django.conf import settings
 
-from inference.power import PowerMeter
+from inference.worker.power import PowerMeter
 
 logger = logging.getLogger(__name__)
 

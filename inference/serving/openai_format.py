@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from django.http import JsonResponse
 
 from inference.models import Generation
-from inference.submission import ModelNotFound, RequestError
+from inference.serving.request_rules import ModelNotFound, RequestError
 
 CHAT_ROLES = {"system", "developer", "user", "assistant"}
 

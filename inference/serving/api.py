@@ -13,11 +13,12 @@ answers 202 with the generation's state after the request (normally `cancelled`)
 from __future__ import annotations
 
 import json
+import logging
 
 import django_filters
 from asgiref.sync import sync_to_async
 from django.http import JsonResponse, StreamingHttpResponse
-from drf_spectacular.utils import extend_schema, extend_schema_field
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
 from rest_framework import generics, serializers, status
 from rest_framework.exceptions import APIException, PermissionDenied
 from rest_framework.response import Response
@@ -26,9 +27,10 @@ from rest_framework.reverse import reverse
 from fleet.accounts.access import can
 from fleet.accounts.authentication import bearer_token
 from fleet.accounts.key_throttle import KeyAuthLocked
-from inference import services, sse, streams
+from inference import services, wire
 from inference.models import Generation, GenerationState
-from inference.submission import (
+from inference.serving import sse
+from inference.serving.request_rules import (
     MAX_STOP_LENGTH,
     MAX_STOP_SEQUENCES,
     SEED_MAX,
@@ -37,6 +39,8 @@ from inference.submission import (
     pipeline_named,
     prepare,
 )
+
+log = logging.getLogger(__name__)
 
 STREAM_IDLE_TIMEOUT_S = 120.0
 
@@ -118,9 +122,10 @@ class GenerationCreateSerializer(serializers.Serializer):
 
 class GenerationSerializer(serializers.ModelSerializer):
     pipeline = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    user = serializers.SlugRelatedField(slug_field="username", read_only=True)
-    drafter = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    verifier = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    # null until routed (drafter, verifier) or after the user is deleted
+    user = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    drafter = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
+    verifier = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
     prompt_token_count = serializers.SerializerMethodField()
     output_token_count = serializers.SerializerMethodField()
     timings = serializers.SerializerMethodField()
@@ -223,12 +228,12 @@ def live_output(generation: Generation) -> dict | None:
     """Text and token count so far from the generation's stream while it is not ended."""
     if generation.is_terminal:
         return None
-    events = streams.read_all(generation.id)
+    events = wire.read_all(generation.id)
     n = 0
     for _id, event in events:
         if event.get("type") == "tokens":
             n = event.get("n", n + len(event.get("tokens", [])))
-    return {"text": streams.collect_text(events), "n": n}
+    return {"text": wire.collect_text(events), "n": n}
 
 
 class GenerationListCreate(generics.ListCreateAPIView):
@@ -242,7 +247,13 @@ class GenerationListCreate(generics.ListCreateAPIView):
     def get_queryset(self):
         return generations()
 
-    @extend_schema(request=GenerationCreateSerializer, responses={201: GenerationSerializer})
+    @extend_schema(
+        request=GenerationCreateSerializer,
+        responses={
+            201: GenerationSerializer,
+            503: OpenApiResponse(description="No drafter/verifier pair can take it now."),
+        },
+    )
     def post(self, request, *args, **kwargs):
         incoming = GenerationCreateSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
@@ -279,6 +290,15 @@ class GenerationDetail(generics.RetrieveDestroyAPIView):
         generation = self.get_object()
         context = {"request": request, "live": live_output(generation)}
         return Response(GenerationSerializer(generation, context=context).data)
+
+    @extend_schema(
+        responses={
+            200: OpenApiResponse(GenerationSerializer, "It had already ended: nothing changed."),
+            202: OpenApiResponse(GenerationSerializer, "Cancellation requested."),
+        }
+    )
+    def delete(self, request, *args, **kwargs):
+        return super().delete(request, *args, **kwargs)
 
     def destroy(self, request, *args, **kwargs):
         generation = self.get_object()
@@ -355,15 +375,25 @@ async def generation_stream(request, generation_id):
     if refusal is not None:
         return refusal
     last_id = request.headers.get("Last-Event-ID") or "0"
+    if not wire.is_entry_id(last_id):
+        return JsonResponse(
+            {"Last-Event-ID": ["Give an event id this stream sent (e.g. 1700000000000-0)."]},
+            status=400,
+        )
 
     async def events():
-        async for entry_id, event in sse.follow(
-            generation_id, last_id=last_id, idle_timeout_s=STREAM_IDLE_TIMEOUT_S
-        ):
-            if entry_id is None:  # a keep-alive tick, or the end of a stream gone quiet
-                yield sse.KEEPALIVE_COMMENT if event["type"] == sse.KEEPALIVE else b""
-            else:
-                yield _sse_event(entry_id, event)
+        try:
+            async for entry_id, event in sse.follow(
+                generation_id, last_id=last_id, idle_timeout_s=STREAM_IDLE_TIMEOUT_S
+            ):
+                if entry_id is None:  # a keep-alive tick, or the end of a stream gone quiet
+                    yield sse.KEEPALIVE_COMMENT if event["type"] == sse.KEEPALIVE else b""
+                else:
+                    yield _sse_event(entry_id, event)
+        except Exception:  # headers are sent: end with an error event, never a silent cut
+            log.exception("stream of generation %s failed", generation_id)
+            failure = {"type": "error", "error": "The server failed while streaming."}
+            yield f"event: error\ndata: {json.dumps(failure)}\n\n".encode()
 
     response = StreamingHttpResponse(events(), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"

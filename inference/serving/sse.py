@@ -1,6 +1,6 @@
 """Following a generation's stream for a server-sent-events response.
 
-Like `inference.streams.follow`, plus a keep-alive tick after each `keepalive_s` of silence;
+Like `inference.wire.follow`, plus a keep-alive tick after each `keepalive_s` of silence;
 the SSE views write the tick as a comment line. Writing is what lets the server notice a
 client that hung up (daphne does not read from a connection while it serves a request, so a
 silent stream would never learn that its client left), and it keeps proxies from closing an
@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator
 
 import redis.asyncio as aioredis
 
-from inference import streams
+from inference import wire
 
 KEEPALIVE = "keepalive"  # the tick's event type
 TIMEOUT = "timeout"  # the stream stayed silent for idle_timeout_s: no terminal event came
@@ -41,7 +41,7 @@ async def _pump(
     block_ms: int,
     idle_timeout_s: float,
 ) -> None:
-    client = aioredis.Redis.from_url(streams.redis_url())
+    client = aioredis.Redis.from_url(wire.redis_url())
     quiet_since = time.monotonic()
     try:
         while not stop.is_set():
@@ -57,7 +57,7 @@ async def _pump(
                     cursor = _text(entry_id)
                     event = json.loads(_text(fields.get(b"e", fields.get("e"))))
                     queue.put_nowait((cursor, event))
-                    if event.get("type") in streams.TERMINAL_TYPES:
+                    if event.get("type") in wire.TERMINAL_TYPES:
                         return
     except Exception as exc:  # handed to the consumer, raised there
         queue.put_nowait((None, exc))
@@ -79,7 +79,7 @@ async def follow(
     Keep `block_ms` under redis-py's socket timeout (5 s by default)."""
     queue: asyncio.Queue = asyncio.Queue()
     stop = asyncio.Event()
-    key = streams.stream_key(generation_id)
+    key = wire.stream_key(generation_id)
     pump = _pump(key, last_id or "0", queue, stop, block_ms=block_ms, idle_timeout_s=idle_timeout_s)
     task = asyncio.create_task(pump)
     _pumps.add(task)
@@ -94,7 +94,7 @@ async def follow(
             if isinstance(event, Exception):
                 raise event
             yield entry_id, event
-            if event.get("type") in streams.TERMINAL_TYPES or event.get("type") == TIMEOUT:
+            if event.get("type") in wire.TERMINAL_TYPES or event.get("type") == TIMEOUT:
                 return
     finally:
         stop.set()  # the pump ends at its next read; never cancelled (see the module doc)

@@ -15,6 +15,7 @@ event. `follow()` ends after a done or error event.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import AsyncIterator
 from typing import Any, Literal, TypedDict
@@ -52,6 +53,17 @@ class RequeuedEvent(TypedDict):
 
 
 Event = TokensEvent | DoneEvent | ErrorEvent | RequeuedEvent
+
+
+_ENTRY_ID = re.compile(r"\A([0-9]{1,20})(?:-([0-9]{1,20}))?\Z")
+_U64_MAX = 2**64 - 1
+
+
+def is_entry_id(text: str) -> bool:
+    """A Redis stream id (`<ms>` or `<ms>-<seq>`, each an unsigned 64-bit number), as a
+    client may send it back in `Last-Event-ID`; Redis refuses anything else mid-stream."""
+    match = _ENTRY_ID.match(text)
+    return bool(match) and all(int(part or 0) <= _U64_MAX for part in match.groups())
 
 
 def stream_key(generation_id) -> str:

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from inference import api
+from inference.serving import api
 
 urlpatterns = [
     path("generations", api.GenerationListCreate.as_view(), name="api-generation-list"),

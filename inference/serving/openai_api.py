@@ -15,7 +15,6 @@ end, the generation is cancelled so its KV slots are freed on both nodes.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -31,9 +30,11 @@ from redis.exceptions import RedisError
 from fleet.accounts.access import can
 from fleet.accounts.authentication import bearer_token, user_for_request_key
 from fleet.accounts.key_throttle import KeyAuthLocked
-from inference import readiness, services, sse
+from fleet.guard.inputs import InputError, load_json
+from inference import services
 from inference.models import Generation
-from inference.openai_format import (
+from inference.serving import readiness, sse
+from inference.serving.openai_format import (
     Job,
     OpenAIError,
     Options,
@@ -46,7 +47,7 @@ from inference.openai_format import (
     openai_finish_reason,
     sse_data,
 )
-from inference.submission import (
+from inference.serving.request_rules import (
     ModelNotFound,
     Prepared,
     RequestError,
@@ -64,6 +65,8 @@ IDLE_TIMEOUT_S = 120.0  # no event on a generation's stream for this long -> giv
 BLOCK_MS = 1000
 # A silent stream writes a comment this often: how a server notices that its client left.
 KEEPALIVE_S = 2.0
+# Prompts may hold NUL (a byte-level model's text; the service stores it as U+FFFD).
+NUL_OK = frozenset({"prompt", "messages"})
 # --- authentication, method and error handling: one decorator ------------------------------
 
 
@@ -160,9 +163,9 @@ def _json_body(request: HttpRequest) -> dict:
     except RequestDataTooBig as exc:
         raise OpenAIError(413, "The request body is too large.") from exc
     try:
-        body = json.loads(raw or b"null")
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise OpenAIError(400, f"The request body is not valid JSON: {exc}") from exc
+        body = load_json(raw or b"null", nul_ok=NUL_OK)
+    except InputError as exc:
+        raise OpenAIError(400, exc.message, param=exc.path or None) from exc
     if not isinstance(body, dict):
         raise OpenAIError(400, "The request body must be a JSON object.")
     return body
@@ -301,7 +304,7 @@ async def chat_completions(request, caller: Caller):
     turns = [message_text(m, i) for i, m in enumerate(messages)]
 
     def render(pipeline) -> str:
-        from inference.submission import tokenizer_for
+        from inference.serving.request_rules import tokenizer_for
 
         return tokenizer_for(pipeline).chat_prompt([{"role": r, "content": c} for r, c in turns])
 

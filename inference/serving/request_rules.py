@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fleet.pipelines.models import Pipeline
-from inference import tokenization
+from inference.serving import tokenization
 
 TEMPERATURE_MAX = 2.0
 MAX_STOP_SEQUENCES = 4

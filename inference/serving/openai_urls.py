@@ -2,7 +2,7 @@
 
 from django.urls import path, re_path
 
-from inference import openai_api
+from inference.serving import openai_api
 
 urlpatterns = [
     path("models", openai_api.models_list, name="openai-models"),

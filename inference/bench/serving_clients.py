@@ -1,0 +1,92 @@
+"""The clients of ``bench_serving``: N concurrent HTTP clients, each posting its prompts to
+/api/v1/generations and reading the tokens back from .../stream (SSE), with the latency
+figures a run reports."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+async def _client(http, base, key, prompts, max_tokens, records) -> None:
+    """POST each prompt, then follow its SSE stream to the end, timing every token event."""
+    headers = {"Authorization": f"Bearer {key}"}
+    for prompt in prompts:
+        t0 = time.perf_counter()
+        r = await http.post(
+            f"{base}/api/v1/generations",
+            headers=headers,
+            json={
+                "pipeline": "bench",
+                "prompt": prompt,
+                "max_tokens": max_tokens,
+                "temperature": 0,
+            },
+        )
+        if r.status_code != 201:
+            raise RuntimeError(f"POST /api/v1/generations: {r.status_code} {r.text[:500]}")
+        gid = r.json()["id"]
+        rec = {"id": gid, "tokens": 0, "itl": [], "ttft": None, "finish": None}
+        last = None
+        async with http.stream(
+            "GET", f"{base}/api/v1/generations/{gid}/stream", headers=headers
+        ) as s:
+            async for line in s.aiter_lines():
+                if not line.startswith("data: "):
+                    continue
+                event = json.loads(line[6:])
+                now = time.perf_counter()
+                if event["type"] == "tokens":
+                    n = len(event["tokens"])
+                    if last is None:
+                        rec["ttft"] = now - t0
+                    else:
+                        rec["itl"].extend([(now - last) / n] * n)
+                    last = now
+                    rec["tokens"] += n
+                elif event["type"] in ("done", "error"):
+                    rec["finish"] = event.get("finish_reason") or event.get("error")
+                    break
+        records.append(rec)
+
+
+def drive(*, base: str, key: str, prompts_per_client: list[list[str]], max_tokens: int) -> dict:
+    """Every client sends its prompts one after another, all clients at once; tokens/s,
+    inter-token latency (the gap between token events split over their tokens) and TTFT."""
+    import httpx
+
+    records: list[dict] = []
+
+    async def main():
+        limits = httpx.Limits(max_connections=len(prompts_per_client) * 2 + 4)
+        async with httpx.AsyncClient(timeout=600, limits=limits) as http:
+            await asyncio.gather(
+                *(_client(http, base, key, ps, max_tokens, records) for ps in prompts_per_client)
+            )
+
+    t0 = time.perf_counter()
+    asyncio.run(main())
+    wall = time.perf_counter() - t0
+    tokens = sum(r["tokens"] for r in records)
+    itl = [x for r in records for x in r["itl"]]
+    ttft = [r["ttft"] for r in records if r["ttft"] is not None]
+    errors = [r["finish"] for r in records if r["finish"] not in ("stop", "length")]
+    return {
+        "requests": len(records),
+        "tokens": tokens,
+        "wall_s": wall,
+        "tokens_per_s": tokens / wall,
+        "itl_ms_p50": (percentile(itl, 0.5) or 0) * 1000,
+        "itl_ms_p99": (percentile(itl, 0.99) or 0) * 1000,
+        "ttft_ms_p50": (percentile(ttft, 0.5) or 0) * 1000,
+        "errors": errors[:5],
+        "ids": [r["id"] for r in records],
+    }

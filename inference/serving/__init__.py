@@ -1,0 +1,2 @@
+"""Everything the web process runs for inference: REST generations, OpenAI /v1, SSE,
+request rules, tokenization."""

@@ -1,0 +1,45 @@
+"""A generation stream refuses a malformed resume id at once (400), and a stream that fails
+after its headers were sent ends with an error event instead of a silent cut."""
+
+import json
+
+import pytest
+
+from inference import wire
+
+pytestmark = pytest.mark.filterwarnings("ignore:StreamingHttpResponse must consume")
+
+
+def url(world) -> str:
+    return f"/api/v1/generations/{world['generation'].id}/stream"
+
+
+@pytest.mark.parametrize(
+    "last_id",
+    ["abc", "1-2-3", "-1", "1-", "0x10", "99999999999999999999999", f"{2**64}-0", "1-" + "9" * 21],
+)
+def test_a_malformed_last_event_id_is_400_at_once(world, as_persona, last_id):
+    response = as_persona("admin").get(url(world), HTTP_LAST_EVENT_ID=last_id)
+    assert response.status_code == 400 and response["Content-Type"] == "application/json"
+    assert "Last-Event-ID" in response.json()
+
+
+def test_a_valid_last_event_id_resumes_after_it(world, as_persona):
+    gid = world["generation"].id
+    first = wire.publish(gid, wire.tokens_event([104], "h", 1))
+    wire.publish(gid, wire.tokens_event([105], "i", 2))
+    wire.publish(gid, wire.done_event("stop", 2, 2))
+    response = as_persona("admin").get(url(world), HTTP_LAST_EVENT_ID=first)
+    raw = b"".join(response).decode()
+    compact = raw.replace(" ", "")  # however the events are laid out
+    assert '"text":"h"' not in compact and '"text":"i"' in compact and "event: done" in raw
+
+
+def test_a_stream_that_fails_after_its_headers_ends_with_an_error_event(world, as_persona):
+    # A key of the wrong type: Redis refuses the XREAD once the response has started.
+    wire._client().set(wire.stream_key(world["generation"].id), "not a stream")
+    response = as_persona("admin").get(url(world))
+    assert response.status_code == 200
+    blocks = [b for b in b"".join(response).decode().split("\n\n") if b]
+    assert blocks[-1].splitlines()[0] == "event: error"
+    assert json.loads(blocks[-1].splitlines()[1][6:])["type"] == "error"
