@@ -18,6 +18,7 @@ from pathlib import Path
 import redis
 
 from fleet.datadir import private_dir, write_private
+from fleet.env import env_str
 
 
 def _binary() -> str:
@@ -140,7 +141,7 @@ def ensure_redis_url(data_dir: Path) -> EmbeddedRedis | None:
     Returns the EmbeddedRedis this call started (the caller stops it), or None when a Redis
     was configured or discovered.
     """
-    if os.environ.get("REDIS_URL"):
+    if env_str("REDIS_URL"):
         return None
     found = discover(data_dir)
     if found:

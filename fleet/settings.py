@@ -191,6 +191,8 @@ if CONTENT_ROLE not in ("viewer", "operator", "admin"):
     )
 API_KEY_FAILURE_LIMIT = env_int("TANDEM_API_KEY_FAILURE_LIMIT", 20, minimum=1)
 API_KEY_LOCKOUT_S = env_int("TANDEM_API_KEY_LOCKOUT_S", 300, minimum=1)
+# A Bearer token Prometheus may scrape /metrics with (empty: loopback or a viewer's API key).
+METRICS_TOKEN = env_str("TANDEM_METRICS_TOKEN", "")
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"

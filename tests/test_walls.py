@@ -194,19 +194,10 @@ def test_the_planner_never_imports_the_engine_or_training():
     assert crossings(files, ("torch", "inference.engine", "inference.training")) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 11: fleet/telemetry/consumers.py and bench_telemetry import fleet.console "
-    "for the wall link; wall links move to fleet.accounts",
-)
 def test_telemetry_never_imports_console():
     assert crossings(source_files("fleet/telemetry"), ("fleet.console",)) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 11: fleet/telemetry imports fleet.console (wall links move to accounts)",
-)
 def test_the_console_is_the_top_floor():
     """Pages and the wall sit on top: below them, nothing imports fleet.console."""
     files = [

@@ -16,3 +16,20 @@ def exception_handler(exc, context):
     if isinstance(exc, DjangoValidationError):
         exc = ValidationError(exc.message_dict if hasattr(exc, "error_dict") else exc.messages)
     return drf_exception_handler(exc, context)
+
+
+def errors_text(exc: Exception) -> str:
+    """A refusal as one line for a page's message: "field: reason; field: reason"."""
+    if isinstance(exc, DjangoValidationError):
+        if hasattr(exc, "error_dict"):
+            return "; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())
+        return " ".join(exc.messages)
+    return _flat(getattr(exc, "detail", exc))
+
+
+def _flat(detail) -> str:
+    if isinstance(detail, dict):
+        return "; ".join(f"{k}: {_flat(v)}" for k, v in detail.items())
+    if isinstance(detail, list):
+        return " ".join(_flat(item) for item in detail)
+    return str(detail)

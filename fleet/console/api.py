@@ -11,8 +11,8 @@ from rest_framework import generics, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from fleet.console.models import WallLink
-from fleet.console.services import wall_link_create, wall_link_revoke, wall_link_url
+from fleet.accounts.models import WallLink
+from fleet.accounts.wall_links import wall_link_create, wall_link_revoke, wall_link_url
 from fleet.supervision import FAILED, RESTARTING, RUNNING, read_state
 
 

@@ -17,17 +17,18 @@ from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
 from fleet.accounts.access import can
+from fleet.accounts.models import WallLink
 from fleet.accounts.principal import require
-from fleet.console import selectors
-from fleet.console.models import WallLink
-from fleet.console.services import (
+from fleet.accounts.wall_links import (
     wall_link_create,
     wall_link_for_token,
     wall_link_revoke,
     wall_link_url,
 )
+from fleet.console import selectors
 from fleet.nodes.choices import NodeState
 from fleet.nodes.models import Node
+from fleet.nodes.selectors import node_tokens
 from fleet.pipelines.models import Pipeline
 from fleet.telemetry import rollups, snapshot
 
@@ -61,9 +62,12 @@ def pipeline_page(request, pk: int):
         "warmup": _warmup_of(pipeline),
     }
     if context["can_operate"]:
-        from fleet.pipelines.views import actions_context  # the planner's controls
+        from fleet.pipelines import selectors as pipeline_selectors
+        from fleet.pipelines.views import actions_context  # the operators' controls
 
         context.update(actions_context(pipeline))
+        context["revisions"] = pipeline_selectors.revisions(pipeline=pipeline)[:50]
+        context["events"] = pipeline_selectors.audit_events(pipeline=pipeline)[:50]
     return render(request, "console/pipeline.html", context)
 
 
@@ -77,6 +81,7 @@ def node_page(request, pk: int):
         "live": snapshot.read_node(node.pk),
         "series": rollups.series("node", node.pk, minutes=30),
         "generations": selectors.generations_of(node)[:20],
+        "tokens": node_tokens(node=node) if can(request.user, "administer") else None,
     }
     return render(request, "console/node.html", context)
 
@@ -149,12 +154,13 @@ def wall_links_page(request):
     created_token = None
     if request.method == "POST":
         name = request.POST.get("name", "").strip()
-        lifetime = LINK_LIFETIMES.get(request.POST.get("expires", ""), "bad")
+        expires = request.POST.get("expires", "")
         if not name:
             messages.error(request, "Give the link a name: where is the screen?")
-        elif lifetime == "bad":
+        elif expires not in LINK_LIFETIMES:
             messages.error(request, "Choose when the link expires.")
         else:
+            lifetime = LINK_LIFETIMES[expires]
             expires_at = timezone.now() + lifetime if lifetime else None
             link, created_token = wall_link_create(
                 name=name, actor=request.user, expires_at=expires_at

@@ -1,4 +1,5 @@
 from django.urls import path
+from django.views.generic import RedirectView
 
 from fleet.console import live_views, views
 from fleet.telemetry.metrics import metrics_view
@@ -10,7 +11,9 @@ urlpatterns = [
     # live console (telemetry): fleet, pipeline, node, wall, wall links, Prometheus
     path("fleet/", live_views.fleet_page, name="fleet"),
     path("pipelines/<int:pk>/", live_views.pipeline_page, name="pipeline"),
-    path("nodes/<int:pk>/live", live_views.node_page, name="node-live"),
+    path("nodes/<int:pk>/", live_views.node_page, name="node"),
+    # the page lived here before it absorbed the registry entry: old links keep working
+    path("nodes/<int:pk>/live", RedirectView.as_view(pattern_name="console:node", permanent=True)),
     path("wall/", live_views.wall_page, name="wall"),
     path("wall/screen/", live_views.wall_screen, name="wall-screen"),
     path("wall/data", live_views.wall_data, name="wall-data"),

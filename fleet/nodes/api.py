@@ -104,7 +104,7 @@ class NodeViewSet(
     def create(self, request, *args, **kwargs):
         serializer = NodeCreateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        node, plain = services.node_register(**serializer.validated_data, actor=request.user)
+        node, plain = services.node_register(**serializer.validated_data)
         return node_response(
             node, status_code=status.HTTP_201_CREATED, serializer=NodeSerializer, token=plain
         )
@@ -118,48 +118,31 @@ class NodeViewSet(
         serializer.is_valid(raise_exception=True)
         changes = dict(serializer.validated_data)
         version = expected_version(request, changes.pop("version", None))
-        node = services.node_update(
-            node=node, expected_version=version, actor=request.user, **changes
-        )
+        node = services.node_update(node=node, expected_version=version, **changes)
         return node_response(node)
 
     @extend_schema(responses={204: None}, parameters=[IF_MATCH])
     def destroy(self, request, *args, **kwargs):
         """Retires the node (a soft delete: it stays listed as retired, its tokens die)."""
-        services.node_retire(
-            node=self.get_object(), expected_version=expected_version(request), actor=request.user
-        )
+        services.node_retire(node=self.get_object(), expected_version=expected_version(request))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class NodeActionView(RegistryErrorsMixin, GenericAPIView):
-    """A state action on one node: POST with no body (If-Match optional)."""
+class NodeRetireView(RegistryErrorsMixin, GenericAPIView):
+    """Retire one node: POST with no body (If-Match optional). Draining and returning are
+    served by the pipelines app (fleet/pipelines/api.py): they change what a pipeline may
+    route to."""
 
     queryset = selectors.node_queryset()
     serializer_class = NodeSerializer
-    service = None
+    write_action = "administer"
 
     @extend_schema(request=None, responses={200: NodeSerializer}, parameters=[IF_MATCH])
     def post(self, request, pk):
-        node = type(self).service(
-            node=self.get_object(), expected_version=expected_version(request), actor=request.user
+        node = services.node_retire(
+            node=self.get_object(), expected_version=expected_version(request)
         )
         return node_response(node)
-
-
-class NodeDrainView(NodeActionView):
-    write_action = "operate"
-    service = staticmethod(services.node_drain)
-
-
-class NodeReturnView(NodeActionView):
-    write_action = "operate"
-    service = staticmethod(services.node_return)
-
-
-class NodeRetireView(NodeActionView):
-    write_action = "administer"
-    service = staticmethod(services.node_retire)
 
 
 class NodeTokenListView(GenericAPIView):
@@ -183,7 +166,7 @@ class NodeTokenRotateView(RegistryErrorsMixin, GenericAPIView):
     @extend_schema(request=None, responses={201: NodeTokenIssuedSerializer})
     def post(self, request, pk):
         """Revokes the node's tokens and issues a new one, shown once."""
-        token, plain = services.node_token_rotate(node=self.get_object(), actor=request.user)
+        token, plain = services.node_token_rotate(node=self.get_object())
         data = NodeTokenIssuedSerializer(token).data
         data["token"] = plain
         return Response(data, status=status.HTTP_201_CREATED)
@@ -197,7 +180,7 @@ class NodeTokenRevokeView(GenericAPIView):
     @extend_schema(request=None, responses={200: TokensRevokedSerializer})
     def post(self, request, pk):
         """Revokes every token of the node; its agent gets 401 until a new one is issued."""
-        count = services.node_token_revoke(node=self.get_object(), actor=request.user)
+        count = services.node_token_revoke(node=self.get_object())
         return Response({"revoked": count})
 
 
@@ -238,11 +221,9 @@ class ProfileViewSet(
     method_actions = {"POST": "administer", "PATCH": "administer"}
 
     def perform_create(self, serializer):
-        serializer.instance = services.profile_create(
-            **serializer.validated_data, actor=self.request.user
-        )
+        serializer.instance = services.profile_create(**serializer.validated_data)
 
     def perform_update(self, serializer):
         serializer.instance = services.profile_update(
-            profile=serializer.instance, **serializer.validated_data, actor=self.request.user
+            profile=serializer.instance, **serializer.validated_data
         )

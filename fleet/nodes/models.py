@@ -1,4 +1,6 @@
-"""The node registry: hardware profiles, nodes, their tokens and their latest telemetry."""
+"""The node registry: hardware profiles, nodes and their tokens. A node's figures are not
+here: they arrive as signed samples and live in the telemetry app (its live snapshot and
+rollups)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,6 @@ from fleet.nodes.choices import (
     TERMINAL_STATES,
     NodeRole,
     NodeState,
-    PowerSource,
     ProfileKind,
     can_transition,
 )
@@ -195,19 +196,3 @@ class NodeToken(models.Model):
     @property
     def active(self) -> bool:
         return self.revoked_at is None
-
-
-class NodeTelemetry(models.Model):
-    """The latest telemetry a node's agent reported (one row per node, overwritten by each
-    heartbeat). History and rollups belong to the telemetry app."""
-
-    node = models.OneToOneField(
-        Node, on_delete=models.CASCADE, primary_key=True, related_name="telemetry"
-    )
-    received_at = models.DateTimeField(default=timezone.now)
-    interval_s = models.FloatField()
-    power_source = models.CharField(max_length=16, choices=PowerSource.choices, blank=True)
-    payload = models.JSONField(default=dict)
-
-    def __str__(self) -> str:
-        return f"telemetry of node {self.node_id} at {self.received_at:%H:%M:%S}"

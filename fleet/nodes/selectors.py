@@ -7,7 +7,7 @@ from django.db.models import QuerySet
 
 from fleet.accounts.secrets import digest, same, split_prefix
 from fleet.nodes.choices import NodeState
-from fleet.nodes.models import HardwareProfile, Node, NodeTelemetry, NodeToken
+from fleet.nodes.models import HardwareProfile, Node, NodeToken
 
 
 def node_queryset() -> QuerySet[Node]:
@@ -46,11 +46,6 @@ def node_get(*, pk: int) -> Node:
 
 def node_tokens(*, node: Node) -> QuerySet[NodeToken]:
     return NodeToken.objects.filter(node=node).order_by("-created")
-
-
-def node_telemetry(*, node: Node) -> NodeTelemetry | None:
-    """The latest telemetry the node's agent reported, if any."""
-    return NodeTelemetry.objects.filter(node=node).first()
 
 
 def profile_list() -> QuerySet[HardwareProfile]:

@@ -1,11 +1,11 @@
-"""API shapes of the node registry: profiles, nodes, tokens, heartbeats and telemetry."""
+"""API shapes of the node registry: profiles, nodes, tokens and heartbeats."""
 
 from __future__ import annotations
 
 from django.conf import settings
 from rest_framework import serializers
 
-from fleet.nodes.choices import NodeRole, PowerSource
+from fleet.nodes.choices import NodeRole
 from fleet.nodes.models import HardwareProfile, Node, NodeToken
 from fleet.nodes.signing import token_key
 from fleet.nodes.validators import (
@@ -14,9 +14,6 @@ from fleet.nodes.validators import (
     validate_device_info,
     validate_labels,
 )
-
-MAX_POSITIONS = 64
-MAX_HIST_BUCKETS = 256
 
 
 class ProfileSerializer(serializers.ModelSerializer):
@@ -162,66 +159,10 @@ class TokensRevokedSerializer(serializers.Serializer):
     revoked = serializers.IntegerField(help_text="How many active tokens were revoked.")
 
 
-def _count(**kwargs):
-    return serializers.IntegerField(min_value=0, required=False, default=0, **kwargs)
-
-
-def _seconds(**kwargs):
-    return serializers.FloatField(min_value=0, required=False, allow_null=True, **kwargs)
-
-
-class TelemetrySerializer(serializers.Serializer):
-    """Counters of one interval (deltas since the previous heartbeat), as vLLM counts them."""
-
-    interval_s = serializers.FloatField(min_value=0.001, max_value=3600)
-    num_drafts = _count()
-    num_draft_tokens = _count()
-    num_accepted_tokens = _count()
-    num_accepted_tokens_per_pos = serializers.ListField(
-        child=serializers.IntegerField(min_value=0),
-        max_length=MAX_POSITIONS,
-        required=False,
-        default=list,
-    )
-    verify_batch_size_hist = serializers.DictField(
-        child=serializers.IntegerField(min_value=0),
-        required=False,
-        default=dict,
-        help_text="Batch size (as a string key) -> number of verification passes.",
-    )
-    draft_step_s = _seconds(help_text="Mean seconds per draft step in the interval")
-    verify_step_s = _seconds(help_text="Mean seconds per verification pass in the interval")
-    tokens_generated = _count()
-    queue_depth = _count()
-    power_w = serializers.FloatField(min_value=0, required=False, allow_null=True)
-    power_source = serializers.ChoiceField(choices=PowerSource.choices, required=False)
-    energy_j = serializers.FloatField(min_value=0, required=False, allow_null=True)
-    utilization = serializers.FloatField(min_value=0, max_value=1, required=False, allow_null=True)
-
-    def validate_verify_batch_size_hist(self, value):
-        if len(value) > MAX_HIST_BUCKETS:
-            raise serializers.ValidationError(f"At most {MAX_HIST_BUCKETS} buckets.")
-        for key in value:
-            if not str(key).isdigit() or int(key) < 1:
-                raise serializers.ValidationError(f"Bucket {key!r} is not a batch size >= 1.")
-        return value
-
-    def validate(self, data):
-        errors = {}
-        if data.get("num_accepted_tokens", 0) > data.get("num_draft_tokens", 0):
-            errors["num_accepted_tokens"] = ["Cannot exceed num_draft_tokens."]
-        per_pos = data.get("num_accepted_tokens_per_pos") or []
-        if per_pos and sum(per_pos) != data.get("num_accepted_tokens", 0):
-            errors["num_accepted_tokens_per_pos"] = ["Must sum to num_accepted_tokens."]
-        has_power = data.get("power_w") is not None or data.get("energy_j") is not None
-        if has_power and not data.get("power_source"):
-            errors["power_source"] = ["Say whether power is measured or modeled."]
-        if errors:
-            raise serializers.ValidationError(errors)
-        return data
-
-
 class HeartbeatSerializer(serializers.Serializer):
+    """Liveness only: the agent is there, and what it runs on. Its figures travel as signed
+    telemetry samples (fleet/telemetry), never here."""
+
     agent_version = serializers.CharField(max_length=64, required=False, allow_blank=True)
     device_info = serializers.DictField(
         required=False,
@@ -229,7 +170,13 @@ class HeartbeatSerializer(serializers.Serializer):
         help_text="What the agent found: torch/NVML device name, memory, driver, ...",
     )
     address = serializers.CharField(max_length=255, required=False, allow_blank=True)
-    telemetry = TelemetrySerializer(required=False, allow_null=True)
+
+    def validate(self, data):
+        if "telemetry" in self.initial_data:  # an agent from before: say so, drop nothing quietly
+            raise serializers.ValidationError(
+                {"telemetry": ["Heartbeats carry liveness only; send figures as signed samples."]}
+            )
+        return data
 
 
 class HeartbeatReplySerializer(serializers.Serializer):

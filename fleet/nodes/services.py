@@ -22,7 +22,6 @@ from fleet.nodes.models import (
     IllegalTransition,
     Node,
     NodeConflict,
-    NodeTelemetry,
     NodeToken,
 )
 from fleet.nodes.validators import normalize_roles
@@ -35,8 +34,10 @@ EDITABLE_FIELDS = frozenset({"name", "profile", "roles", "labels", "address", "s
 
 
 def _after_commit(event: str, node_ids: list[int]) -> None:
-    """The one seam for registry side effects (pipelines re-route lost nodes, telemetry
-    pushes state changes); runs only if the transaction commits."""
+    """Logs a registry change once its transaction commits. Draining and returning a node
+    change what its pipeline may route to: they go through `fleet.pipelines.node_actions`
+    (`node_drain`, `node_return`), which audit, check and push; this registry only keeps
+    `node_transition` for them."""
     transaction.on_commit(lambda: logger.info("nodes: %s %s", event, node_ids))
 
 
@@ -78,7 +79,6 @@ def node_register(
     labels: dict[str, str] | None = None,
     address: str = "",
     simulated: bool = False,
-    actor=None,
 ) -> tuple[Node, str]:
     """Registers a node and issues its first token; returns the node and the plain token,
     which is stored only as a hash and never shown again."""
@@ -97,7 +97,7 @@ def node_register(
 
 
 @transaction.atomic
-def node_update(*, node: Node, expected_version: int | None = None, actor=None, **changes) -> Node:
+def node_update(*, node: Node, expected_version: int | None = None, **changes) -> Node:
     unknown = set(changes) - EDITABLE_FIELDS
     if unknown:
         raise ValueError(f"not editable: {sorted(unknown)}")
@@ -122,7 +122,6 @@ def node_transition(
     to: str,
     only_from: frozenset[str] | None = None,
     expected_version: int | None = None,
-    actor=None,
 ) -> Node:
     """Moves a node to state `to` if the transition table allows it (and, for actions
     narrower than the table, if it is in one of `only_from`); IllegalTransition otherwise.
@@ -140,30 +139,9 @@ def node_transition(
     return node
 
 
-def node_drain(*, node: Node, expected_version: int | None = None, actor=None) -> Node:
-    """Stop sending new work to the node; in-flight sequences finish where they are."""
-    return node_transition(
-        node=node, to=NodeState.DRAINING, expected_version=expected_version, actor=actor
-    )
-
-
-def node_return(*, node: Node, expected_version: int | None = None, actor=None) -> Node:
-    """Return a drained node to service (only a draining node returns; a lost one comes
-    back by itself with its next heartbeat)."""
-    return node_transition(
-        node=node,
-        to=NodeState.ONLINE,
-        only_from=frozenset({NodeState.DRAINING}),
-        expected_version=expected_version,
-        actor=actor,
-    )
-
-
-def node_retire(*, node: Node, expected_version: int | None = None, actor=None) -> Node:
+def node_retire(*, node: Node, expected_version: int | None = None) -> Node:
     """Soft delete: the row stays (history refers to it), its tokens are revoked."""
-    return node_transition(
-        node=node, to=NodeState.RETIRED, expected_version=expected_version, actor=actor
-    )
+    return node_transition(node=node, to=NodeState.RETIRED, expected_version=expected_version)
 
 
 def _revoke_tokens(node: Node) -> int:
@@ -173,7 +151,7 @@ def _revoke_tokens(node: Node) -> int:
 
 
 @transaction.atomic
-def node_token_revoke(*, node: Node, actor=None) -> int:
+def node_token_revoke(*, node: Node) -> int:
     """Revokes every active token of the node; returns how many."""
     count = _revoke_tokens(node)
     _after_commit("tokens-revoked", [node.pk])
@@ -181,7 +159,7 @@ def node_token_revoke(*, node: Node, actor=None) -> int:
 
 
 @transaction.atomic
-def node_token_rotate(*, node: Node, actor=None) -> tuple[NodeToken, str]:
+def node_token_rotate(*, node: Node) -> tuple[NodeToken, str]:
     """Revokes the node's tokens and issues a new one (returned once, in plain)."""
     node = _locked(node)
     if node.state == NodeState.RETIRED:
@@ -200,7 +178,6 @@ def node_heartbeat(
     agent_version: str | None = None,
     device_info: dict | None = None,
     address: str | None = None,
-    telemetry: dict | None = None,
     now: datetime | None = None,
 ) -> Node:
     """A heartbeat from the node's agent. The first one registers the agent (its version,
@@ -223,16 +200,6 @@ def node_heartbeat(
         fields += ["state", "version"]
         _after_commit(NodeState.ONLINE, [node.pk])
     node.save(update_fields=fields)
-    if telemetry is not None:
-        NodeTelemetry.objects.update_or_create(
-            node=node,
-            defaults={
-                "received_at": now,
-                "interval_s": telemetry["interval_s"],
-                "power_source": telemetry.get("power_source") or "",
-                "payload": telemetry,
-            },
-        )
     return node
 
 
@@ -267,7 +234,7 @@ def node_mark_lost(*, node: Node) -> Node:
 
 
 @transaction.atomic
-def profile_create(*, actor=None, **fields) -> HardwareProfile:
+def profile_create(**fields) -> HardwareProfile:
     profile = HardwareProfile(**fields)
     profile.full_clean()
     profile.save()
@@ -275,7 +242,7 @@ def profile_create(*, actor=None, **fields) -> HardwareProfile:
 
 
 @transaction.atomic
-def profile_update(*, profile: HardwareProfile, actor=None, **fields) -> HardwareProfile:
+def profile_update(*, profile: HardwareProfile, **fields) -> HardwareProfile:
     for field, value in fields.items():
         setattr(profile, field, value)
     profile.full_clean()

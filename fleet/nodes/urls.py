@@ -9,5 +9,4 @@ app_name = "nodes"
 urlpatterns = [
     path("", views.node_list, name="list"),
     path("register", views.node_register, name="register"),
-    path("<int:pk>/", views.node_detail, name="detail"),
 ]

@@ -6,8 +6,8 @@ POST   nodes                       admin     register; the reply carries the tok
 GET    nodes/<id>                  viewer    one node, with an ETag "<version>"
 PATCH  nodes/<id>                  admin     edit (If-Match or "version": stale -> 409)
 DELETE nodes/<id>                  admin     retire (soft), 204
-POST   nodes/<id>/drain            operator  online/registered/lost -> draining
-POST   nodes/<id>/return           operator  draining -> online
+POST   nodes/<id>/drain            operator  online/registered/lost -> draining (*)
+POST   nodes/<id>/return           operator  draining -> online (*)
 POST   nodes/<id>/retire           admin     -> retired, tokens revoked
 GET    nodes/<id>/tokens           admin     prefixes and dates, never secrets
 POST   nodes/<id>/token/rotate     admin     revoke all, issue one (shown once), 201
@@ -15,6 +15,9 @@ POST   nodes/<id>/token/revoke     admin     revoke all
 POST   nodes/<id>/heartbeat        node      the node's own agent (Bearer tdn_...) only
 GET    profiles, profiles/<slug>   viewer    the hardware catalogue
 POST   profiles, PATCH profiles/<slug>  admin
+
+(*) routed by fleet/pipelines/urls_api.py: a node's state decides what its pipeline may route
+to, so these go through the audited pipeline services (healthy-pair check, config push).
 """
 
 from django.urls import re_path
@@ -30,8 +33,6 @@ NODE = rf"^nodes/(?P<pk>{api.ID_REGEX})"
 
 urlpatterns = [
     re_path(rf"{NODE}/heartbeat$", api.HeartbeatView.as_view(), name="node-heartbeat"),
-    re_path(rf"{NODE}/drain$", api.NodeDrainView.as_view(), name="node-drain"),
-    re_path(rf"{NODE}/return$", api.NodeReturnView.as_view(), name="node-return"),
     re_path(rf"{NODE}/retire$", api.NodeRetireView.as_view(), name="node-retire"),
     re_path(rf"{NODE}/tokens$", api.NodeTokenListView.as_view(), name="node-tokens"),
     re_path(rf"{NODE}/token/rotate$", api.NodeTokenRotateView.as_view(), name="node-token-rotate"),

@@ -1,16 +1,16 @@
-"""Node pages: list, register (admin; shows the token once), detail. Login required; the
-policy is the same `can()` the API uses."""
+"""Node registry pages: list and register (admin; shows the token once). A node's own page,
+registry facts and live figures together, is the console's (`/nodes/<id>/`). Login
+required; the policy is the same `can()` the API uses."""
 
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods
 
-from fleet.accounts.access import can
 from fleet.accounts.principal import require
 from fleet.nodes import selectors, services
 from fleet.nodes.forms import NodeListFilterForm, NodeRegisterForm
@@ -43,23 +43,10 @@ def node_register(request):
     form = NodeRegisterForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
-            node, token = services.node_register(**form.cleaned_data, actor=request.user)
+            node, token = services.node_register(**form.cleaned_data)
         except ValidationError as exc:
             form.add_error(None, exc)
         else:
             # Rendered, not redirected: the plain token exists only in this response.
             return render(request, "nodes/node_registered.html", {"node": node, "token": token})
     return render(request, "nodes/node_register.html", {"form": form})
-
-
-@login_required
-def node_detail(request, pk: int):
-    require(request, "view")
-    node = get_object_or_404(selectors.node_queryset(), pk=pk)
-    telemetry = selectors.node_telemetry(node=node)
-    tokens = selectors.node_tokens(node=node) if can(request.user, "administer") else None
-    return render(
-        request,
-        "nodes/node_detail.html",
-        {"node": node, "telemetry": telemetry, "tokens": tokens},
-    )

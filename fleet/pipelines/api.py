@@ -9,18 +9,33 @@ from __future__ import annotations
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
 from rest_framework import generics, serializers, status
+from rest_framework.generics import GenericAPIView
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from fleet.nodes import selectors as node_selectors
+from fleet.nodes.api import IF_MATCH, RegistryErrorsMixin, node_response
+from fleet.nodes.api import expected_version as node_expected_version
+from fleet.nodes.models import Node
+from fleet.nodes.serializers import NodeSerializer
 from fleet.pipelines import selectors, services
+from fleet.pipelines.inputs import (
+    ActionInput,
+    BatchCapsInput,
+    KPolicyInput,
+    MoveInput,
+    NodeStateInput,
+    PipelineWriteSerializer,
+    PlaceInput,
+    RollbackInput,
+    SwapDraftInput,
+)
 from fleet.pipelines.models import (
     CONFIG_FIELDS,
     AuditEvent,
-    DrafterKind,
     Pipeline,
     PipelineRevision,
     Placement,
-    PlacementRole,
 )
 
 
@@ -52,27 +67,6 @@ class PipelineSerializer(serializers.ModelSerializer):
             "placements",
         ]
         read_only_fields = ["id", "version", "created_at", "updated_at", "placements"]
-
-
-class PipelineWriteSerializer(serializers.Serializer):
-    """Shape checks only; the service validates meaning (policy, compatibility, budget)."""
-
-    name = serializers.SlugField(max_length=64, required=False)
-    description = serializers.CharField(max_length=200, required=False, allow_blank=True)
-    target_model = serializers.CharField(max_length=300, required=False)
-    drafter_kind = serializers.ChoiceField(DrafterKind.choices, required=False)
-    draft_model = serializers.CharField(max_length=300, required=False, allow_blank=True)
-    k_policy = serializers.JSONField(required=False)
-    max_verify_batch = serializers.IntegerField(min_value=1, max_value=1024, required=False)
-    max_batch_wait_ms = serializers.IntegerField(min_value=0, max_value=1000, required=False)
-    slo_itl_p99_ms = serializers.FloatField(min_value=0.001, required=False, allow_null=True)
-    slo_ttft_p99_ms = serializers.FloatField(min_value=0.001, required=False, allow_null=True)
-    power_budget_w = serializers.FloatField(min_value=0.001, required=False, allow_null=True)
-    auto_mode = serializers.BooleanField(required=False)
-    auto_bounds = serializers.JSONField(required=False)
-    simulated = serializers.BooleanField(required=False)
-    version = serializers.IntegerField(min_value=1, required=False)
-    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True)
 
 
 class RevisionSerializer(serializers.ModelSerializer):
@@ -152,22 +146,7 @@ class PipelineDetail(generics.RetrieveUpdateAPIView):
         return _detail(self.get_object())
 
     def partial_update(self, request, *args, **kwargs):
-        pipeline = self.get_object()
-        write = PipelineWriteSerializer(data=request.data, partial=True)
-        write.is_valid(raise_exception=True)
-        data = dict(write.validated_data)
-        version = expected_version(request, data)
-        data.pop("version", None)
-        reason = data.pop("reason", "")
-        if "name" in data or "simulated" in data:
-            raise serializers.ValidationError({"name": "name and simulated cannot change"})
-        pipeline = services.pipeline_update(
-            pipeline_id=pipeline.pk,
-            actor=request.user,
-            changes=data,
-            expected_version=version,
-            reason=reason,
-        )
+        pipeline = Configure.run(request=request, pipeline=self.get_object(), data=request.data)
         return _detail(pipeline)
 
 
@@ -194,59 +173,47 @@ class AuditList(generics.ListAPIView):
 # --- actions ---------------------------------------------------------------------------------
 
 
-class ActionInput(serializers.Serializer):
-    version = serializers.IntegerField(min_value=1, required=False)
-    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
-    force = serializers.BooleanField(required=False, default=False)
-
-
-class PlaceInput(ActionInput):
-    node = serializers.IntegerField(min_value=1)
-    role = serializers.ChoiceField(PlacementRole.choices)
-
-
-class MoveInput(ActionInput):
-    to_pipeline = serializers.IntegerField(min_value=1)
-    role = serializers.ChoiceField(PlacementRole.choices, required=False)
-
-
-class KPolicyInput(ActionInput):
-    k_policy = serializers.JSONField()
-
-
-class BatchCapsInput(ActionInput):
-    max_verify_batch = serializers.IntegerField(min_value=1, max_value=1024, required=False)
-    max_batch_wait_ms = serializers.IntegerField(min_value=0, max_value=1000, required=False)
-
-
-class SwapDraftInput(ActionInput):
-    drafter_kind = serializers.ChoiceField(DrafterKind.choices, default=DrafterKind.MODEL)
-    draft_model = serializers.CharField(
-        max_length=300, required=False, allow_blank=True, default=""
-    )
-
-
-class RollbackInput(ActionInput):
-    to_version = serializers.IntegerField(min_value=1)
-
-
 class _Action(APIView):
     """POST only; parses `input_class`, calls `act`, answers the pipeline's new state."""
 
-    input_class = ActionInput
+    input_class: type[serializers.Serializer] = ActionInput
     http_method_names = ["post", "options"]
 
     def post(self, request, pk: int, node_id: int | None = None):
         pipeline = get_object_or_404(Pipeline, pk=pk)
+        result = self.run(request=request, pipeline=pipeline, node_id=node_id, data=request.data)
+        return _detail(result if isinstance(result, Pipeline) else pipeline)
+
+    @classmethod
+    def run(cls, *, request, pipeline: Pipeline, data, node_id: int | None = None):
+        """Validate `data` with `input_class`, then act: the one path of this action, for
+        the API and the pages alike. 404 when `node_id` is not in the pipeline; 400 (DRF
+        ValidationError) for bad input; the services' 409s pass through."""
         if node_id is not None:
             get_object_or_404(Placement, pipeline=pipeline, node_id=node_id)
-        data = self.input_class(data=request.data)
-        data.is_valid(raise_exception=True)
-        args = dict(data.validated_data)
+        parsed = cls.input_class(data=data)
+        parsed.is_valid(raise_exception=True)
+        args = dict(parsed.validated_data)
         args["expected_version"] = expected_version(request, args)
         args.pop("version", None)
-        result = self.act(request=request, pipeline=pipeline, node_id=node_id, **args)
-        return _detail(result if isinstance(result, Pipeline) else pipeline)
+        return cls().act(request=request, pipeline=pipeline, node_id=node_id, **args)
+
+
+class Configure(_Action):
+    """Change the configuration (PATCH of the pipeline; the pages' "configure")."""
+
+    input_class = PipelineWriteSerializer
+
+    def act(self, *, request, pipeline, node_id, expected_version, reason="", **changes):
+        if "name" in changes or "simulated" in changes:
+            raise serializers.ValidationError({"name": "name and simulated cannot change"})
+        return services.pipeline_update(
+            pipeline_id=pipeline.pk,
+            actor=request.user,
+            changes=changes,
+            expected_version=expected_version,
+            reason=reason,
+        )
 
 
 class Place(_Action):
@@ -348,3 +315,47 @@ def _document(view: type[_Action]) -> None:
 
 for _view in (Place, Move, Unplace, Drain, Return, SetKPolicy, SetBatchCaps, SwapDraft, Rollback):
     _document(_view)
+
+
+# --- node state: /api/v1/nodes/<id>/drain|return -----------------------------------------------
+# Served here, not by the node registry's API: draining changes what a pipeline may route to,
+# so it goes through the same audited, checked and pushed services as the pipeline actions.
+
+
+class _NodeStateAction(RegistryErrorsMixin, GenericAPIView):
+    """POST, optional body `{"reason", "force"}`, optional If-Match (the node's ETag)."""
+
+    queryset = node_selectors.node_queryset()
+    serializer_class = NodeSerializer
+    write_action = "operate"
+
+    def act(self, **kw) -> Node:
+        raise NotImplementedError
+
+    @extend_schema(request=NodeStateInput, responses={200: NodeSerializer}, parameters=[IF_MATCH])
+    def post(self, request, pk):
+        node = self.get_object()
+        data = NodeStateInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        node = self.act(
+            node_id=node.pk,
+            actor=request.user,
+            node_version=node_expected_version(request),
+            **data.validated_data,
+        )
+        return node_response(node)
+
+
+class NodeDrain(_NodeStateAction):
+    """The node finishes what it holds and takes no new work (refused, 409, when it is the
+    last healthy drafter or verifier of its pipeline, unless `force`)."""
+
+    def act(self, **kw):
+        return services.node_drain(**kw)
+
+
+class NodeReturn(_NodeStateAction):
+    """A draining node takes new work again."""
+
+    def act(self, *, force=False, **kw):
+        return services.node_return(**kw)

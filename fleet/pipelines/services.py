@@ -1,5 +1,10 @@
 """Every change to a pipeline: keyword-only, atomic, audited, pushed to workers after commit.
 
+This module holds the pipeline's own settings (create, configure, k policy, batch caps,
+draft model, rollback); `node_actions.py` the nodes in it (place, move, unplace, drain,
+return), re-exported here so callers have one `services`; `bookkeeping.py` the bookkeeping
+both share.
+
 Each action locks the pipeline row(s), checks the caller's `expected_version` (a stale one is
 a 409), validates (roles, node state, power budget, tokenizer compatibility, and that at
 least one healthy drafter and verifier stay unless `force`), bumps the version, writes a
@@ -16,25 +21,21 @@ import logging
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from fleet.nodes.choices import NodeState
-from fleet.nodes.models import IllegalTransition, Node
-from fleet.pipelines.models import (
-    CONFIG_FIELDS,
-    AuditEvent,
-    DrafterKind,
-    Pipeline,
-    PipelineRevision,
-    Placement,
+from fleet.pipelines import bookkeeping
+from fleet.pipelines.bookkeeping import snapshot  # noqa: F401  (re-exported)
+from fleet.pipelines.models import CONFIG_FIELDS, DrafterKind, Pipeline, PipelineRevision
+from fleet.pipelines.node_actions import (  # noqa: F401  (re-exported: one `services` for callers)
+    node_drain,
+    node_move,
+    node_place,
+    node_return,
+    node_unplace,
 )
-from fleet.pipelines.rules import (  # noqa: F401  (StaleVersion, ActionRefused: re-exported)
+from fleet.pipelines.rules import (  # noqa: F401  (the refusals, allowed_roles: re-exported)
     ActionRefused,
     StaleVersion,
     allowed_roles,
-    check_keeps_healthy,
-    check_placeable,
     check_power,
-    healthy_counts,
-    is_healthy,
     placed_power_w,
     validate_config,
 )
@@ -44,96 +45,6 @@ logger = logging.getLogger(__name__)
 PLANNER = "planner"
 # Fields `pipeline_update` accepts (CONFIG_FIELDS plus the descriptive ones).
 EDITABLE_FIELDS = frozenset(CONFIG_FIELDS) | {"description"}
-
-
-# --- push to workers ---------------------------------------------------------------------------
-
-
-def push_config(pipeline_id: int) -> None:
-    """Adapter to the data plane's `inference.services.push_pipeline_config(pipeline)`:
-    sends the committed configuration to the running workers. Missing data plane (not built
-    yet, or a control-plane-only deployment): logged, not an error."""
-    try:
-        from inference.services import push_pipeline_config
-    except ImportError:
-        logger.info("pipelines: no inference.services.push_pipeline_config; not pushed")
-        return
-    pipeline = Pipeline.objects.filter(pk=pipeline_id).first()
-    if pipeline is not None:
-        push_pipeline_config(pipeline)
-
-
-def _push_after_commit(*pipeline_ids: int) -> None:
-    for pid in dict.fromkeys(pipeline_ids):
-        transaction.on_commit(lambda pid=pid: push_config(pid))
-
-
-# --- helpers -------------------------------------------------------------------------------
-
-
-def _actor(actor) -> tuple[object | None, str]:
-    if actor is None:
-        return None, "system"
-    if isinstance(actor, str):
-        return None, actor
-    return actor, actor.get_username()
-
-
-def _locked(pipeline_id: int) -> Pipeline:
-    try:
-        return Pipeline.objects.select_for_update().get(pk=pipeline_id)
-    except Pipeline.DoesNotExist as exc:
-        raise ValidationError({"pipeline": f"no pipeline {pipeline_id}"}) from exc
-
-
-def _locked_node(node_id: int) -> Node:
-    try:
-        return Node.objects.select_for_update().select_related("profile").get(pk=node_id)
-    except Node.DoesNotExist as exc:
-        raise ValidationError({"node": f"no node {node_id}"}) from exc
-
-
-def _check_version(pipeline: Pipeline, expected: int | None) -> None:
-    if expected is not None and int(expected) != pipeline.version:
-        raise StaleVersion(pipeline, int(expected))
-
-
-def placements_snapshot(pipeline: Pipeline) -> list[dict]:
-    rows = Placement.objects.filter(pipeline=pipeline).select_related("node").order_by("node_id")
-    return [{"node": p.node_id, "name": p.node.name, "role": p.role} for p in rows]
-
-
-def snapshot(pipeline: Pipeline) -> dict:
-    """Configuration plus placements: what a revision stores and the audit log compares."""
-    return {**pipeline.config(), "placements": placements_snapshot(pipeline)}
-
-
-def _bump(pipeline: Pipeline, update_fields: list[str] | None = None) -> None:
-    pipeline.version += 1
-    fields = ["version", "updated_at", *(update_fields or [])]
-    pipeline.save(update_fields=list(dict.fromkeys(fields)))
-    PipelineRevision.objects.create(
-        pipeline=pipeline, version=pipeline.version, config=snapshot(pipeline)
-    )
-
-
-def _audit(*, actor, action: str, pipeline=None, node=None, before=None, after=None, reason=""):
-    user, label = _actor(actor)
-    return AuditEvent.objects.create(
-        actor=user,
-        actor_label=label,
-        action=action,
-        pipeline=pipeline,
-        node=node,
-        before=before or {},
-        after=after or {},
-        reason=reason or "",
-    )
-
-
-def _changed(before: dict, after: dict) -> tuple[dict, dict]:
-    keys = [k for k in after if before.get(k) != after.get(k)]
-    return {k: before.get(k) for k in keys}, {k: after.get(k) for k in keys}
 
 
 # --- pipelines -----------------------------------------------------------------------------
@@ -149,10 +60,12 @@ def pipeline_create(*, actor, reason: str = "", **fields) -> Pipeline:
     pipeline.full_clean()
     pipeline.save()
     PipelineRevision.objects.create(
-        pipeline=pipeline, version=pipeline.version, config=snapshot(pipeline)
+        pipeline=pipeline, version=pipeline.version, config=bookkeeping.snapshot(pipeline)
     )
-    _audit(actor=actor, action="create", pipeline=pipeline, after=pipeline.config(), reason=reason)
-    _push_after_commit(pipeline.pk)
+    bookkeeping.audit(
+        actor=actor, action="create", pipeline=pipeline, after=pipeline.config(), reason=reason
+    )
+    bookkeeping.push_after_commit(pipeline.pk)
     return pipeline
 
 
@@ -167,8 +80,8 @@ def pipeline_update(
     action: str = "update",
 ) -> Pipeline:
     """Change configuration fields (k policy, batch caps, SLOs, budget, models, auto mode)."""
-    pipeline = _locked(pipeline_id)
-    _check_version(pipeline, expected_version)
+    pipeline = bookkeeping.locked_pipeline(pipeline_id)
+    bookkeeping.check_version(pipeline, expected_version)
     unknown = set(changes) - EDITABLE_FIELDS
     if unknown:
         raise ValidationError({k: "not an editable field" for k in unknown})
@@ -182,12 +95,16 @@ def pipeline_update(
     if "power_budget_w" in changes:
         check_power(pipeline, placed_power_w(pipeline))
     after = pipeline.config() | {"description": pipeline.description}
-    b, a = _changed(before, after)
+    b, a = bookkeeping.changed(before, after)
     if not a:
         return pipeline  # nothing changed: no version, no audit row, no push
-    _bump(pipeline, list(changes) + (["draft_model"] if "drafter_kind" in changes else []))
-    _audit(actor=actor, action=action, pipeline=pipeline, before=b, after=a, reason=reason)
-    _push_after_commit(pipeline.pk)
+    bookkeeping.bump(
+        pipeline, list(changes) + (["draft_model"] if "drafter_kind" in changes else [])
+    )
+    bookkeeping.audit(
+        actor=actor, action=action, pipeline=pipeline, before=b, after=a, reason=reason
+    )
+    bookkeeping.push_after_commit(pipeline.pk)
     return pipeline
 
 
@@ -260,8 +177,8 @@ def pipeline_rollback(
 ):
     """Restore the configuration of an earlier revision (placements stay as they are: nodes
     may have moved on since). The rollback is itself a new version."""
-    pipeline = _locked(pipeline_id)
-    _check_version(pipeline, expected_version)
+    pipeline = bookkeeping.locked_pipeline(pipeline_id)
+    bookkeeping.check_version(pipeline, expected_version)
     revision = PipelineRevision.objects.filter(pipeline=pipeline, version=to_version).first()
     if revision is None:
         raise ValidationError(
@@ -274,9 +191,9 @@ def pipeline_rollback(
     for key, value in restored.items():
         setattr(pipeline, key, value)
     check_power(pipeline, placed_power_w(pipeline))
-    b, a = _changed(before, pipeline.config())
-    _bump(pipeline, list(restored))
-    _audit(
+    b, a = bookkeeping.changed(before, pipeline.config())
+    bookkeeping.bump(pipeline, list(restored))
+    bookkeeping.audit(
         actor=actor,
         action="rollback",
         pipeline=pipeline,
@@ -284,197 +201,5 @@ def pipeline_rollback(
         after={**a, "restored_version": to_version},
         reason=reason,
     )
-    _push_after_commit(pipeline.pk)
+    bookkeeping.push_after_commit(pipeline.pk)
     return pipeline
-
-
-# --- placements and node actions -------------------------------------------------------------
-
-
-@transaction.atomic
-def node_place(
-    *,
-    pipeline_id: int,
-    node_id: int,
-    role: str,
-    actor,
-    expected_version=None,
-    reason="",
-    force: bool = False,
-) -> Placement:
-    """Put a node that serves no pipeline into this one as drafter or verifier (or change
-    its role within this pipeline)."""
-    pipeline = _locked(pipeline_id)
-    _check_version(pipeline, expected_version)
-    node = _locked_node(node_id)
-    check_placeable(node, role, force=force)
-    existing = Placement.objects.filter(node=node).select_related("pipeline").first()
-    if existing and existing.pipeline_id != pipeline.pk:
-        raise ActionRefused(
-            f"{node.name} serves pipeline {existing.pipeline.name!r}; move it instead."
-        )
-    if existing and existing.role == role:
-        raise ActionRefused(f"{node.name} is already a {role} node of {pipeline.name!r}.")
-    if existing:  # role change inside the pipeline: it leaves its old role
-        check_keeps_healthy(pipeline, leaving=node, force=force)
-        before = {"role": existing.role}
-        existing.role = role
-        existing.save(update_fields=["role"])
-        placement = existing
-    else:
-        check_power(pipeline, placed_power_w(pipeline, extra=node))
-        before = {}
-        placement = Placement.objects.create(pipeline=pipeline, node=node, role=role)
-    _bump(pipeline)
-    _audit(
-        actor=actor,
-        action="place",
-        pipeline=pipeline,
-        node=node,
-        before=before,
-        after={"pipeline": pipeline.name, "role": role},
-        reason=reason,
-    )
-    _push_after_commit(pipeline.pk)
-    return placement
-
-
-@transaction.atomic
-def node_move(
-    *,
-    node_id: int,
-    to_pipeline_id: int,
-    actor,
-    role: str | None = None,
-    expected_version=None,
-    reason="",
-    force: bool = False,
-) -> Placement:
-    """Move a placed node to another pipeline (same role unless `role` is given).
-    `expected_version` is the *destination* pipeline's version."""
-    node = _locked_node(node_id)
-    current = Placement.objects.filter(node=node).first()
-    if current is None:
-        raise ValidationError({"node": f"{node.name} serves no pipeline; place it instead"})
-    if current.pipeline_id == to_pipeline_id:
-        raise ValidationError({"to_pipeline": f"{node.name} already serves that pipeline"})
-    # Lock both pipelines in id order (no deadlock between two opposite moves).
-    first, second = sorted([current.pipeline_id, to_pipeline_id])
-    locked = {first: _locked(first), second: _locked(second)}
-    source, dest = locked[current.pipeline_id], locked[to_pipeline_id]
-    _check_version(dest, expected_version)
-    role = role or current.role
-    check_placeable(node, role, force=force)
-    check_keeps_healthy(source, leaving=node, force=force)
-    check_power(dest, placed_power_w(dest, extra=node))
-    old_role = current.role
-    current.delete()
-    placement = Placement.objects.create(pipeline=dest, node=node, role=role)
-    _bump(source)
-    _bump(dest)
-    _audit(
-        actor=actor,
-        action="move",
-        pipeline=dest,
-        node=node,
-        before={"pipeline": source.name, "role": old_role},
-        after={"pipeline": dest.name, "role": role},
-        reason=reason,
-    )
-    _push_after_commit(source.pk, dest.pk)
-    return placement
-
-
-@transaction.atomic
-def node_unplace(
-    *, node_id: int, actor, expected_version=None, reason="", force: bool = False
-) -> None:
-    """Take a node out of its pipeline (back to the free pool)."""
-    node = _locked_node(node_id)
-    current = Placement.objects.filter(node=node).first()
-    if current is None:
-        raise ValidationError({"node": f"{node.name} serves no pipeline"})
-    pipeline = _locked(current.pipeline_id)
-    _check_version(pipeline, expected_version)
-    check_keeps_healthy(pipeline, leaving=node, force=force)
-    role = current.role
-    current.delete()
-    _bump(pipeline)
-    _audit(
-        actor=actor,
-        action="unplace",
-        pipeline=pipeline,
-        node=node,
-        before={"pipeline": pipeline.name, "role": role},
-        after={},
-        reason=reason,
-    )
-    _push_after_commit(pipeline.pk)
-
-
-def _node_state_action(*, node_id, actor, to: str, action: str, expected_version, reason, force):
-    from fleet.nodes.services import node_drain, node_return
-
-    node = _locked_node(node_id)
-    placement = Placement.objects.filter(node=node).first()
-    pipeline = _locked(placement.pipeline_id) if placement else None
-    if pipeline is not None:
-        _check_version(pipeline, expected_version)
-        if to == NodeState.DRAINING:
-            check_keeps_healthy(pipeline, leaving=node, force=force)
-    before = {"state": node.state}
-    user, _ = _actor(actor)
-    try:
-        if to == NodeState.DRAINING:
-            if node.state == NodeState.DRAINING:
-                raise ActionRefused(f"{node.name} is already draining.")
-            node = node_drain(node=node, actor=user)
-        else:
-            if node.state != NodeState.DRAINING:
-                raise ActionRefused(f"{node.name} is {node.state}: only a draining node returns.")
-            node = node_return(node=node, actor=user)
-    except IllegalTransition as exc:
-        raise ActionRefused(str(exc)) from exc
-    if pipeline is not None:
-        _bump(pipeline)
-        _push_after_commit(pipeline.pk)
-    _audit(
-        actor=actor,
-        action=action,
-        pipeline=pipeline,
-        node=node,
-        before=before,
-        after={"state": node.state},
-        reason=reason,
-    )
-    return node
-
-
-@transaction.atomic
-def node_drain(
-    *, node_id: int, actor, expected_version=None, reason="", force: bool = False
-) -> Node:
-    """The node finishes the sequences it holds and takes no new ones."""
-    return _node_state_action(
-        node_id=node_id,
-        actor=actor,
-        to=NodeState.DRAINING,
-        action="drain",
-        expected_version=expected_version,
-        reason=reason,
-        force=force,
-    )
-
-
-@transaction.atomic
-def node_return(*, node_id: int, actor, expected_version=None, reason="") -> Node:
-    """A drained node takes new work again."""
-    return _node_state_action(
-        node_id=node_id,
-        actor=actor,
-        to=NodeState.ONLINE,
-        action="return",
-        expected_version=expected_version,
-        reason=reason,
-        force=False,
-    )

@@ -1,7 +1,9 @@
-"""REST routes of the pipelines app (mounted at /api/v1/)."""
+"""REST routes of the pipelines app (mounted at /api/v1/), and the node state actions
+`nodes/<id>/drain|return`, which change what a pipeline may route to."""
 
-from django.urls import path
+from django.urls import path, re_path
 
+from fleet.nodes.api import ID_REGEX
 from fleet.pipelines import api
 
 app_name = "pipelines-api"
@@ -20,4 +22,6 @@ urlpatterns = [
     path("pipelines/<int:pk>/nodes/<int:node_id>/drain", api.Drain.as_view(), name="drain"),
     path("pipelines/<int:pk>/nodes/<int:node_id>/return", api.Return.as_view(), name="return"),
     path("pipelines/<int:pk>/nodes/<int:node_id>/unplace", api.Unplace.as_view(), name="unplace"),
+    re_path(rf"^nodes/(?P<pk>{ID_REGEX})/drain$", api.NodeDrain.as_view(), name="node-drain"),
+    re_path(rf"^nodes/(?P<pk>{ID_REGEX})/return$", api.NodeReturn.as_view(), name="node-return"),
 ]

@@ -1,4 +1,6 @@
-"""Pipeline pages: list (viewers), create/edit and the action controls (operators).
+"""Pipeline pages: list (viewers), create and the action controls (operators). A pipeline's
+own page, live figures, controls, revisions and audit log together, is the console's
+(`/pipelines/<id>/`); `/pipelines/<id>/edit` sends old links there.
 
 Every POST goes through one service; refusals (400/409 in the API) come back as a message
 on the page. The console's pipeline page can include `pipelines/_actions.html` (context:
@@ -16,10 +18,12 @@ from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_POST
+from rest_framework.exceptions import ValidationError as DRFValidationError
 
-from fleet.accounts.errors import Conflict
+from fleet.accounts.errors import Conflict, errors_text
 from fleet.accounts.principal import require
-from fleet.pipelines import selectors, services
+from fleet.pipelines import api, selectors, services
+from fleet.pipelines.inputs import AutoBoundsFields, KPolicyFields, NodePick
 from fleet.pipelines.models import DrafterKind, Pipeline
 
 PAGE_SIZE = 50
@@ -38,38 +42,6 @@ class PipelineForm(forms.Form):
     slo_ttft_p99_ms = forms.FloatField(min_value=0.001, required=False, label="TTFT p99 SLO (ms)")
     power_budget_w = forms.FloatField(min_value=0.001, required=False, label="Power budget (W)")
     reason = forms.CharField(max_length=2000, required=False)
-
-
-def parse_k_policy(data) -> dict:
-    """k policy from form fields: mode + k | table "1:6, 8:4, 64:1" | k_min/k_max."""
-    mode = data.get("mode", "fixed")
-    try:
-        if mode == "fixed":
-            return {"mode": "fixed", "k": int(data.get("k", ""))}
-        if mode == "table":
-            rows = []
-            for part in str(data.get("table", "")).split(","):
-                if part.strip():
-                    b, k = part.split(":")
-                    rows.append([int(b), int(k)])
-            return {"mode": "table", "table": rows}
-        if mode == "adaptive":
-            return {
-                "mode": "adaptive",
-                "k_min": int(data.get("k_min") or 0),
-                "k_max": int(data.get("k_max") or 8),
-            }
-    except ValueError as exc:
-        raise ValidationError({"k_policy": "k values and table rows must be integers"}) from exc
-    raise ValidationError({"k_policy": "mode must be fixed, table or adaptive"})
-
-
-def _errors_text(exc: Exception) -> str:
-    if isinstance(exc, ValidationError):
-        if hasattr(exc, "error_dict"):
-            return "; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())
-        return " ".join(exc.messages)
-    return str(getattr(exc, "detail", exc))
 
 
 @login_required
@@ -103,7 +75,7 @@ def pipeline_new(request):
                 form.add_error(None, exc)
         else:
             messages.success(request, f"Pipeline {pipeline.name} created.")
-            return redirect("pipelines:edit", pk=pipeline.pk)
+            return redirect("console:pipeline", pk=pipeline.pk)
     return render(request, "pipelines/pipeline_new.html", {"form": form})
 
 
@@ -116,136 +88,69 @@ def actions_context(pipeline: Pipeline) -> dict:
     }
 
 
-@login_required
-def pipeline_edit(request, pk: int):
-    require(request, "operate")
-    pipeline = get_object_or_404(selectors.pipeline_queryset(), pk=pk)
-    context = actions_context(pipeline) | {
-        "revisions": selectors.revisions(pipeline=pipeline)[:50],
-        "events": selectors.audit_events(pipeline=pipeline)[:50],
-    }
-    return render(request, "pipelines/pipeline_edit.html", context)
+# The page's actions: the API's action views, so a page POST is validated and carried out
+# exactly as the same REST call (`_Action.run`); what the page adds is the message.
+PAGE_ACTIONS = {
+    "configure": (api.Configure, "Configuration saved."),
+    "k_policy": (api.SetKPolicy, "k policy set."),
+    "swap_draft": (api.SwapDraft, "Draft model swapped."),
+    "rollback": (api.Rollback, "Rolled back to the configuration of version {to_version}."),
+    "place": (api.Place, "Node placed."),
+    "move": (api.Move, "Node moved."),
+    "drain": (api.Drain, "Node draining: it finishes its sequences and takes no new ones."),
+    "return": (api.Return, "Node returned to service."),
+    "unplace": (api.Unplace, "Node taken out of the pipeline."),
+}
+ROW_ACTIONS = {"move", "drain", "return", "unplace"}  # the node is the API's path argument
+NULLABLE = ("slo_itl_p99_ms", "slo_ttft_p99_ms", "power_budget_w")
 
 
-def _config_changes(post, current: dict | None = None) -> dict:
-    changes: dict = {}
-    for field in ("description", "target_model"):
-        if field in post:
-            changes[field] = post[field].strip()
-    for field in ("max_verify_batch", "max_batch_wait_ms"):
-        if post.get(field, "").strip():
-            try:
-                changes[field] = int(post[field])
-            except ValueError as exc:
-                raise ValidationError({field: "must be an integer"}) from exc
-    for field in ("slo_itl_p99_ms", "slo_ttft_p99_ms", "power_budget_w"):
-        if field in post:
-            value = post[field].strip()
-            try:
-                changes[field] = float(value) if value else None
-            except ValueError as exc:
-                raise ValidationError({field: "must be a number"}) from exc
-    if "auto_mode_present" in post:
-        changes["auto_mode"] = post.get("auto_mode") == "on"
-    if "auto_bounds_present" in post:
-        changes["auto_bounds"] = _auto_bounds(post, current or {})
-    return changes
+def _form_data(post, action: str, pipeline: Pipeline) -> dict:
+    """The form in the API's request shape: a blank field is left out (the API's default),
+    a blank nullable one clears it, checkboxes are booleans, and the k policy and auto-mode
+    bounds are built from their fields by the serializers that check them."""
+    data = {k: v.strip() for k, v in post.items() if k not in ("csrfmiddlewaretoken", "next")}
+    data = {k: v for k, v in data.items() if v}
+    data["force"] = post.get("force") == "on"
+    if action == "configure":
+        data.pop("force")
+        data.update({f: None for f in NULLABLE if f in post and not post[f].strip()})
+        if "description" in post:  # a blank one clears it
+            data["description"] = post["description"].strip()
+        if "auto_mode_present" in post:
+            data["auto_mode"] = post.get("auto_mode") == "on"
+        if "auto_bounds_present" in post:
+            split = "auto_allow_split" in post
+            bounds = AutoBoundsFields(data={**data, "auto_allow_split": split})
+            _valid(bounds, "auto_bounds")
+            data["auto_bounds"] = bounds.bounds(pipeline.auto_bounds or {})
+    elif action == "k_policy":
+        policy = KPolicyFields(data=data)
+        _valid(policy, "k_policy")
+        data["k_policy"] = policy.k_policy()
+    elif action == "move":
+        data.pop("version", None)  # the form shows this pipeline's version, not the destination's
+    return data
 
 
-AUTO_BOUND_FIELDS = (
-    ("k_min", int),
-    ("k_max", int),
-    ("min_interval_s", float),
-    ("hysteresis", float),
-)
-
-
-def _auto_bounds(post, current: dict) -> dict:
-    """The operator's bounds for auto mode from the form (blank: the default)."""
-    bounds = dict(current)
-    for key, kind in AUTO_BOUND_FIELDS:
-        raw = post.get(f"auto_{key}", "").strip()
-        if not raw:
-            bounds.pop(key, None)
-            continue
-        try:
-            bounds[key] = kind(raw)
-        except ValueError as exc:
-            raise ValidationError({"auto_bounds": f"{key} must be a number"}) from exc
-    bounds["allow_split"] = post.get("auto_allow_split") == "on"
-    return bounds
+def _valid(fields, name: str) -> None:
+    if not fields.is_valid():
+        raise DRFValidationError({name: fields.errors})
 
 
 def _act(request, pipeline: Pipeline, action: str) -> str:
     """Runs one action from form data; returns the success message."""
-    post = request.POST
-    common = {
-        "actor": request.user,
-        "expected_version": int(post["version"]) if post.get("version", "").isdigit() else None,
-        "reason": post.get("reason", ""),
-    }
-    force = post.get("force") == "on"
-    node_id = int(post["node"]) if post.get("node", "").isdigit() else None
-    if action in {"move", "drain", "return", "unplace", "place"} and node_id is None:
-        raise ValidationError({"node": "choose a node"})
-    if action == "configure":
-        services.pipeline_update(
-            pipeline_id=pipeline.pk, changes=_config_changes(post, pipeline.auto_bounds), **common
-        )
-        return "Configuration saved."
-    if action == "k_policy":
-        services.pipeline_set_k_policy(
-            pipeline_id=pipeline.pk, k_policy=parse_k_policy(post), **common
-        )
-        return "k policy set."
-    if action == "swap_draft":
-        services.pipeline_swap_draft(
-            pipeline_id=pipeline.pk,
-            drafter_kind=post.get("drafter_kind", DrafterKind.MODEL),
-            draft_model=post.get("draft_model", "").strip(),
-            **common,
-        )
-        return "Draft model swapped."
-    if action == "rollback":
-        if not post.get("to_version", "").isdigit():
-            raise ValidationError({"to_version": "choose a version"})
-        services.pipeline_rollback(
-            pipeline_id=pipeline.pk, to_version=int(post["to_version"]), **common
-        )
-        return f"Rolled back to the configuration of version {post['to_version']}."
-    if action == "place":
-        services.node_place(
-            pipeline_id=pipeline.pk,
-            node_id=node_id,
-            role=post.get("role", ""),
-            force=force,
-            **common,
-        )
-        return "Node placed."
-    if node_id is not None and not pipeline.placements.filter(node_id=node_id).exists():
-        raise Http404("no such node in this pipeline")
-    if action == "move":
-        if not post.get("to_pipeline", "").isdigit():
-            raise ValidationError({"to_pipeline": "choose a pipeline"})
-        common["expected_version"] = None  # the form shows this pipeline's version
-        services.node_move(
-            node_id=node_id,
-            to_pipeline_id=int(post["to_pipeline"]),
-            role=post.get("role") or None,
-            force=force,
-            **common,
-        )
-        return "Node moved."
-    if action == "drain":
-        services.node_drain(node_id=node_id, force=force, **common)
-        return "Node draining: it finishes its sequences and takes no new ones."
-    if action == "return":
-        services.node_return(node_id=node_id, **common)
-        return "Node returned to service."
-    if action == "unplace":
-        services.node_unplace(node_id=node_id, force=force, **common)
-        return "Node taken out of the pipeline."
-    raise Http404("unknown action")
+    if action not in PAGE_ACTIONS:
+        raise Http404("unknown action")
+    view, done = PAGE_ACTIONS[action]
+    node_id = None
+    if action in ROW_ACTIONS:
+        picked = NodePick(data=request.POST)
+        picked.is_valid(raise_exception=True)
+        node_id = picked.validated_data["node"]
+    data = _form_data(request.POST, action, pipeline)
+    view.run(request=request, pipeline=pipeline, node_id=node_id, data=data)
+    return done.format(**data)
 
 
 @login_required
@@ -255,9 +160,9 @@ def pipeline_act(request, pk: int, action: str):
     pipeline = get_object_or_404(Pipeline, pk=pk)
     try:
         messages.success(request, _act(request, pipeline, action))
-    except (ValidationError, Conflict) as exc:
-        messages.error(request, f"Refused: {_errors_text(exc)}")
+    except (ValidationError, DRFValidationError, Conflict) as exc:
+        messages.error(request, f"Refused: {errors_text(exc)}")
     target = request.POST.get("next", "")
     if target and url_has_allowed_host_and_scheme(target, {request.get_host()}):
         return redirect(target)
-    return redirect("pipelines:edit", pk=pipeline.pk)
+    return redirect("console:pipeline", pk=pipeline.pk)

@@ -14,6 +14,7 @@ from django.utils import timezone
 from fleet.pipelines.compat import resolve_model_dir
 from fleet.pipelines.models import Pipeline, Placement, PlacementRole
 from fleet.planner.model import Curve, Hardware, ModelSpec, PipelineModel, fit_linear
+from fleet.telemetry.models import Rollup
 
 DEFAULT_ALPHA = 0.7
 MEASURE_WINDOW = timedelta(hours=1)
@@ -82,11 +83,7 @@ def _majority_profile(placements: list[Placement], role: str):
 
 def measured(pipeline: Pipeline, *, window: timedelta = MEASURE_WINDOW) -> dict:
     """Alpha, per-position acceptance and (n, seconds) step points from the pipeline's 10 s
-    rollups of the last `window`. Empty when nothing was measured (or no telemetry app)."""
-    try:
-        from fleet.telemetry.models import Rollup
-    except ImportError:
-        return {}
+    rollups of the last `window`. Empty when nothing was measured."""
     rows = list(
         Rollup.objects.filter(
             scope="pipeline",

@@ -7,17 +7,17 @@ Its nodes and pipelines are named `demo-...` and marked simulated.
 
 from __future__ import annotations
 
-import os
 import sys
 
+from fleet.env import env_bool, env_int
 from fleet.launcher import ChildSpec
 
 
 def simulator_children(settings) -> list[ChildSpec]:
-    if os.environ.get("TANDEM_SIMULATOR", "1").strip().lower() in ("0", "false", "no", "off"):
+    if not env_bool("TANDEM_SIMULATOR", True):
         return []
-    nodes = os.environ.get("TANDEM_SIMULATOR_NODES", "24")
-    pipelines = os.environ.get("TANDEM_SIMULATOR_PIPELINES", "3")
+    nodes = str(env_int("TANDEM_SIMULATOR_NODES", 24, minimum=1))
+    pipelines = str(env_int("TANDEM_SIMULATOR_PIPELINES", 3, minimum=1))
     return [
         ChildSpec(
             name="sim",

@@ -14,13 +14,14 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
+from rest_framework.exceptions import ValidationError as DRFValidationError
 
 from fleet.accounts.access import can
-from fleet.accounts.errors import Conflict
+from fleet.accounts.errors import Conflict, errors_text
 from fleet.accounts.principal import require
 from fleet.nodes.models import HardwareProfile
+from fleet.pipelines.inputs import KPolicyFields
 from fleet.pipelines.models import Pipeline
-from fleet.pipelines.views import _errors_text, parse_k_policy
 from fleet.planner import services, whatif
 
 
@@ -111,7 +112,7 @@ def recommendations(request, pk: int):
             action = _preview_action(request.GET)
             preview = services.preview(pipeline=pipeline, action=action)
         except ValidationError as exc:
-            messages.error(request, f"Preview refused: {_errors_text(exc)}")
+            messages.error(request, f"Preview refused: {errors_text(exc)}")
     return render(
         request,
         "planner/recommendations.html",
@@ -128,7 +129,10 @@ def recommendations(request, pk: int):
 def _preview_action(data) -> dict:
     kind = data.get("action", "")
     if kind == "set_k_policy":
-        return {"action": kind, "k_policy": parse_k_policy(data)}
+        fields = KPolicyFields(data={k: v for k, v in data.items() if v.strip()})
+        if not fields.is_valid():
+            raise ValidationError({"k_policy": errors_text(DRFValidationError(fields.errors))})
+        return {"action": kind, "k_policy": fields.k_policy()}
     if kind == "set_batch_caps":
         try:
             return {"action": kind, "max_verify_batch": int(data.get("max_verify_batch", ""))}
@@ -161,5 +165,5 @@ def apply(request, pk: int):
         )
         messages.success(request, f"Applied the planner's {result['applied'].replace('_', ' ')}.")
     except (ValidationError, Conflict) as exc:
-        messages.error(request, f"Refused: {_errors_text(exc)}")
+        messages.error(request, f"Refused: {errors_text(exc)}")
     return redirect("planner:recommendations", pk=pipeline.pk)

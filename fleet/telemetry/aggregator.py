@@ -6,8 +6,9 @@ node (a sliding window of its samples) and derives pipeline and fleet figures fr
 pipeline-<id> / node-<id> groups somebody subscribed to), writes the live snapshot to Redis
 for first page renders and /metrics, and at each 10 s / 5 min boundary writes rollups.
 
-The core (`ingest_entry`, `build`, `close_buckets`) is synchronous and clock-injected so
-tests drive it directly; `run()` is the asyncio loop around it.
+The core (`ingest_entry`, `build`, `close_buckets`) is synchronous and clock-injected, in
+`aggregation.py`, so tests drive it directly; this module is the runner around it: the
+asyncio loop, leader election, sending, and the database writes (registry, rollups).
 """
 
 from __future__ import annotations
@@ -15,31 +16,20 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
 import os
 import time
 import uuid
-from collections import Counter, deque
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 from asgiref.sync import sync_to_async
 
-from fleet.telemetry import admission, payloads
-from fleet.telemetry.accumulators import Acc, derive
-from fleet.telemetry.ingest import STREAM, verify
-from fleet.telemetry.registry import NodeInfo, Registry, load_registry
-from fleet.telemetry.samples import InvalidSample, normalize
+from fleet.telemetry import payloads
+from fleet.telemetry.aggregation import Aggregation
+from fleet.telemetry.ingest import STREAM
+from fleet.telemetry.registry import Registry, load_registry
 from fleet.telemetry.snapshot import INTEREST_KEY, LIVE_KEY
 
 log = logging.getLogger(__name__)
 
-LIVE_WINDOW_S = 5.0
-STALE_AFTER_S = 10.0
-ROLLUP_S = 10
-ROLLUP_LONG_S = 300
-PENDING_MAX = 20_000
-SNAPSHOT_FULL_S = 5.0
 LEADER_KEY = "tandem:aggregator:leader"
 LEADER_TTL_MS = 6000
 # Refresh the leader lock while we hold it; take it back if it lapsed (a long stall) and
@@ -57,330 +47,13 @@ return 0
 """
 
 
-@dataclass
-class NodeLive:
-    window: deque = field(default_factory=deque)  # (arrival, expires, sample)
-    live: Acc = field(default_factory=Acc)
-    total: Acc = field(default_factory=Acc)  # since the aggregator started: /metrics counters
-    bucket: Acc = field(default_factory=Acc)  # current 10 s rollup bucket
-    long: Acc = field(default_factory=Acc)  # current 5 min rollup bucket
-    last: dict | None = None
-    last_arrival: float = 0.0
-    dirty: bool = True
-    stats: dict | None = None
+class Aggregator(Aggregation):
+    """The core (`aggregation.Aggregation`) in its loop: one leader per fleet reads the
+    stream, sends each tick's messages, writes the snapshot and the rollups."""
 
-
-def _now_iso(ts: float) -> datetime:
-    return datetime.fromtimestamp(ts, tz=UTC)
-
-
-class Aggregator:
     def __init__(self, *, tick_s: float = 0.5, clock=time.time, registry: Registry | None = None):
-        self.tick_s = tick_s
-        self.clock = clock
-        self.registry = registry or Registry()
-        self.nodes: dict[int, NodeLive] = {}
-        self.pending: deque = deque(maxlen=PENDING_MAX)
-        self.dropped: Counter = Counter()
-        self.samples_ok = 0
-        self.newest_ts: float | None = None
-        self.started = clock()
-        self.bucket_start = math.floor(self.started / ROLLUP_S) * ROLLUP_S
-        self.long_start = math.floor(self.started / ROLLUP_LONG_S) * ROLLUP_LONG_S
-        self.messages_sent = 0
-        self._written_fields: set[str] = set()
-        self._snapshot_cursor = 0
-        self.tick_work_s = 0.0
-        self.tick_work_max_s = 0.0
+        super().__init__(tick_s=tick_s, clock=clock, registry=registry)
         self.leader_id = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
-
-    # --- ingest -------------------------------------------------------------------------------
-    def set_registry(self, registry: Registry) -> None:
-        changed = {
-            nid for nid, info in registry.nodes.items() if self.registry.nodes.get(nid) != info
-        }
-        self.registry = registry
-        for nid in changed:
-            if nid in self.nodes:
-                self.nodes[nid].dirty = True
-        for nid in list(self.nodes):
-            if nid not in registry.nodes:  # retired or deleted
-                del self.nodes[nid]
-        pending, self.pending = list(self.pending), deque(maxlen=PENDING_MAX)
-        for fields, arrival in pending:
-            self.ingest_entry(fields, now=arrival, retry=False)
-
-    def ingest_entry(self, fields: dict, *, now: float, retry: bool = True) -> bool:
-        """One stream entry {node, body, sig}: verify, parse, add. False if dropped."""
-        try:
-            node_id = int(_text(fields.get(b"node", fields.get("node"))))
-            body = fields.get(b"body", fields.get("body"))
-            signature = _text(fields.get(b"sig", fields.get("sig")))
-        except (TypeError, ValueError):
-            self.dropped["malformed"] += 1
-            return False
-        if node_id not in self.registry.nodes:
-            if retry:
-                self.pending.append((fields, now))  # registered a moment ago? next refresh
-            else:
-                self.dropped["unknown_node"] += 1
-            return False
-        if body is None or not verify(body, signature, self.registry.keys.get(node_id, ())):
-            self.dropped["bad_signature"] += 1
-            return False
-        try:
-            sample = normalize(json.loads(body))
-        except (ValueError, InvalidSample, RecursionError):
-            self.dropped["malformed"] += 1
-            return False
-        reason = self.unbelievable(node_id, sample, now=now)
-        if reason is not None:
-            self.dropped[reason] += 1
-            return False
-        self.add_sample(node_id, sample, now=now)
-        return True
-
-    def unbelievable(self, node_id: int, sample: dict, *, now: float) -> str | None:
-        """Why a verified sample is not taken (replay, stale, future, impossible), or None."""
-        state = self.nodes.get(node_id)
-        last_ts = state.last["ts"] if state is not None and state.last else None
-        reason = admission.freshness(sample["ts"], now=now, last_ts=last_ts)
-        if reason is not None:
-            return reason
-        field = admission.impossible(sample, self.registry.nodes[node_id].limits)
-        if field is not None:
-            if not self.dropped["impossible"]:
-                log.warning("aggregator: node %s reports an impossible %s; dropped", node_id, field)
-            return "impossible"
-        return None
-
-    @property
-    def has_unknown(self) -> bool:
-        return bool(self.pending)
-
-    def add_sample(self, node_id: int, sample: dict, *, now: float) -> None:
-        state = self.nodes.get(node_id)
-        if state is None:
-            state = self.nodes[node_id] = NodeLive()
-        expires = now + max(LIVE_WINDOW_S, 2.0 * sample["interval_s"])
-        state.window.append((now, expires, sample))
-        state.live.add_sample(sample)
-        state.total.add_sample(sample)
-        state.bucket.add_sample(sample)
-        state.last = sample
-        state.last_arrival = now
-        state.dirty = True
-        self.samples_ok += 1
-        if self.newest_ts is None or sample["ts"] > self.newest_ts:
-            self.newest_ts = sample["ts"]
-
-    def expire(self, now: float) -> None:
-        for state in self.nodes.values():
-            window = state.window
-            while window and window[0][1] <= now:
-                _, _, sample = window.popleft()
-                state.live.add_sample(sample, sign=-1)
-                state.dirty = True
-            if not window and state.live.n:
-                state.live = Acc()  # drop float residue
-
-    # --- live messages -------------------------------------------------------------------------
-    def _row(self, info: NodeInfo, state: NodeLive | None, now: float) -> payloads.NodeRow:
-        stats = state.stats if state else None
-        last = state.last if state else None
-        fresh = state is not None and now - state.last_arrival <= STALE_AFTER_S
-        return {
-            "id": info.id,
-            "name": info.name,
-            "state": info.state,
-            "role": info.role or (last["role"] if last else None),
-            "pipeline": info.pipeline_id,
-            "sim": info.simulated or bool(last and last["simulated"]),
-            "kind": info.kind,
-            "power_w": stats["power_w"] if stats else None,
-            "src": last["power_source"] if (last and fresh) else None,
-            "util": stats["utilization"] if stats else None,
-            "batch": stats["batch_mean"] if stats else None,
-            "tps": stats["tokens_per_s"] if stats else None,
-            "acc": stats["acceptance_rate"] if stats else None,
-            "seen_s": round(now - state.last_arrival, 1) if state and state.last else None,
-        }
-
-    def build(self, now: float) -> dict:
-        """Everything one tick sends and stores: {"fleet", "wall", "pipelines": {id: msg},
-        "node_rows": {id: row}, "snapshot": {field: json to write}, "fields": {every field}}.
-
-        Costs O(nodes + pipelines): a node's figures are re-derived only when its window
-        changed, pipelines sum their nodes' per-second rates, the fleet sums the pipelines.
-        Node snapshot fields are rewritten when they changed, and each at least every
-        SNAPSHOT_FULL_S in a rotating slice (so ages stay right for first renders)."""
-        self.expire(now)
-        reg = self.registry
-        unplaced = Acc()
-        pipe_accs: dict[int, Acc] = {pid: Acc() for pid in reg.pipelines}
-        pipe_rows: dict[int, list] = {pid: [] for pid in reg.pipelines}
-        counts: dict[int, Counter] = {pid: Counter() for pid in reg.pipelines}
-        rows: list[payloads.NodeRow] = []
-        node_rows: dict[int, payloads.NodeRow] = {}
-        changed: set[int] = set()
-        states: Counter = Counter()
-        simulated = 0
-        for nid, info in reg.nodes.items():
-            state = self.nodes.get(nid)
-            if state is not None and state.dirty:
-                state.stats = derive(state.live, state.live.dur) if not state.live.empty else None
-                state.dirty = False
-                changed.add(nid)
-            row = self._row(info, state, now)
-            rows.append(row)
-            node_rows[nid] = row
-            states[info.state] += 1
-            simulated += row["sim"]
-            pid = info.pipeline_id
-            placed = pid in pipe_accs
-            if placed:
-                pipe_rows[pid].append(row)
-                if info.role:
-                    counts[pid][info.role] += 1
-            if state is not None and not state.live.empty:
-                (pipe_accs[pid] if placed else unplaced).add_rates_of(state.live)
-        fleet_acc = Acc()
-        fleet_acc.add(unplaced)
-        for acc in pipe_accs.values():
-            fleet_acc.add(acc)
-        fleet_stats = derive(fleet_acc, 1.0)
-        summaries: list[payloads.PipelineSummary] = []
-        pipeline_msgs: dict[int, payloads.PipelineUpdate] = {}
-        for pid, pinfo in reg.pipelines.items():
-            summary: payloads.PipelineSummary = {
-                "id": pid,
-                "name": pinfo.name,
-                "simulated": pinfo.simulated,
-                "drafters": counts[pid]["draft"],
-                "verifiers": counts[pid]["verify"],
-                "stats": derive(pipe_accs[pid], 1.0),
-            }
-            summaries.append(summary)
-            pipeline_msgs[pid] = {
-                "type": "pipeline.update",
-                "ts": now,
-                "newest_ts": self.newest_ts,
-                "pipeline": summary,
-                "config": pinfo.config,
-                "nodes": pipe_rows[pid],
-            }
-        totals: payloads.FleetTotals = {
-            "nodes": len(rows),
-            "states": dict(states),
-            "power_w": fleet_stats["power_w"],
-            "power_source": fleet_stats["power_source"],
-            "tokens_per_s": fleet_stats["tokens_per_s"],
-            "tokens_per_j": fleet_stats["tokens_per_j"],
-            "simulated_nodes": simulated,
-        }
-        wall: payloads.FleetUpdate = {
-            "type": "fleet.update",
-            "ts": now,
-            "newest_ts": self.newest_ts,
-            "totals": totals,
-            "stats": fleet_stats,
-            "pipelines": summaries,
-        }
-        fleet: payloads.FleetUpdate = {**wall, "nodes": rows}
-        snapshot = {
-            "fleet": json.dumps(wall),
-            "meta": json.dumps(
-                {
-                    "ts": now,
-                    "started": self.started,
-                    "samples": self.samples_ok,
-                    "dropped": dict(self.dropped),
-                    "tick_s": self.tick_s,
-                    # how long the previous ticks took to build and send (s): last, max
-                    "tick_work_s": round(self.tick_work_s, 4),
-                    "tick_work_max_s": round(self.tick_work_max_s, 4),
-                }
-            ),
-        }
-        fields = {"fleet", "meta"}
-        for pid, msg in pipeline_msgs.items():
-            snapshot[f"p:{pid}"] = json.dumps(msg)
-            fields.add(f"p:{pid}")
-        # Besides the changed nodes, rewrite a rotating slice, so every node's field is at
-        # most SNAPSHOT_FULL_S old without a spike of work every SNAPSHOT_FULL_S.
-        order = list(node_rows)
-        per_tick = -(-len(order) // max(1, round(SNAPSHOT_FULL_S / max(self.tick_s, 0.05))))
-        start = self._snapshot_cursor % len(order) if order else 0
-        refresh = set(order[start : start + per_tick])
-        self._snapshot_cursor = start + per_tick
-        for nid in order:
-            fields.add(f"n:{nid}")
-            if nid in changed or nid in refresh:
-                snapshot[f"n:{nid}"] = json.dumps(self.node_message(nid, node_rows, now, True))
-        return {
-            "fleet": fleet,
-            "wall": wall,
-            "pipelines": pipeline_msgs,
-            "node_rows": node_rows,
-            "snapshot": snapshot,
-            "fields": fields,
-        }
-
-    def node_message(
-        self, nid: int, node_rows: dict, now: float, totals: bool = False
-    ) -> payloads.NodeUpdate:
-        state = self.nodes.get(nid)
-        message: dict = {
-            "type": "node.update",
-            "ts": now,
-            "newest_ts": self.newest_ts,
-            "node": node_rows[nid],
-            "stats": (state.stats if state else None) or {},
-        }
-        if totals:
-            message["totals"] = _totals(state) if state else None
-        return message
-
-    # --- rollups ------------------------------------------------------------------------------
-    def close_buckets(self, now: float) -> list[dict]:
-        """Rollup rows for every bucket that ended before `now` (dicts of Rollup fields)."""
-        rows: list[dict] = []
-        if now < self.bucket_start + ROLLUP_S:
-            return rows
-        rows += self._close(ROLLUP_S, self.bucket_start, "bucket")
-        for state in self.nodes.values():
-            state.long.add(state.bucket)
-            state.bucket = Acc()
-        self.bucket_start = math.floor(now / ROLLUP_S) * ROLLUP_S
-        if now >= self.long_start + ROLLUP_LONG_S:
-            rows += self._close(ROLLUP_LONG_S, self.long_start, "long")
-            for state in self.nodes.values():
-                state.long = Acc()
-            self.long_start = math.floor(now / ROLLUP_LONG_S) * ROLLUP_LONG_S
-        return rows
-
-    def _close(self, resolution: int, start: float, attr: str) -> list[dict]:
-        span = start + resolution - max(start, self.started)
-        if span <= 0:
-            return []
-        when = _now_iso(start)
-        rows = []
-        fleet = Acc()
-        pipes: dict[int, Acc] = {}
-        for nid, state in self.nodes.items():
-            acc: Acc = getattr(state, attr)
-            if acc.empty:
-                continue
-            rows.append(_rollup("node", nid, resolution, when, derive(acc, span)))
-            fleet.add(acc)
-            info = self.registry.nodes.get(nid)
-            if info and info.pipeline_id is not None:
-                pipes.setdefault(info.pipeline_id, Acc()).add(acc)
-        for pid, acc in pipes.items():
-            rows.append(_rollup("pipeline", pid, resolution, when, derive(acc, span)))
-        if not fleet.empty:
-            rows.append(_rollup("fleet", 0, resolution, when, derive(fleet, span)))
-        return rows
 
     # --- the loop -------------------------------------------------------------------------------
     async def run(self, *, redis_url: str, stop: asyncio.Event, layer=None) -> None:
@@ -537,47 +210,6 @@ def _spawn(tasks: set, coro) -> None:
 def _log_failure(task: asyncio.Task) -> None:
     if not task.cancelled() and task.exception() is not None:
         log.error("aggregator background job failed", exc_info=task.exception())
-
-
-def _text(value) -> str:
-    if isinstance(value, bytes):
-        return value.decode()
-    if value is None:
-        raise ValueError("missing")
-    return str(value)
-
-
-def _totals(state: NodeLive) -> dict:
-    t = state.total
-    last = state.last or {}
-    return {
-        "num_drafts": t.drafts,
-        "num_draft_tokens": t.draft_tokens,
-        "num_accepted_tokens": t.accepted,
-        "num_accepted_tokens_per_pos": t.per_pos,
-        "generation_tokens": t.gen_tokens,
-        "ttft_hist": t.ttft_hist,
-        "ttft_sum": t.ttft_sum,
-        "itl_hist": t.itl_hist,
-        "itl_sum": t.itl_sum,
-        "energy_draft_j": t.energy_draft,
-        "energy_verify_j": t.energy_verify,
-        "power_w": last.get("power_w"),
-        "power_source": last.get("power_source"),
-        "running": last.get("num_requests_running"),
-        "waiting": last.get("num_requests_waiting"),
-        "utilization": last.get("utilization"),
-    }
-
-
-def _rollup(scope: str, scope_id: int, resolution: int, start: datetime, data: dict) -> dict:
-    return {
-        "scope": scope,
-        "scope_id": scope_id,
-        "resolution_s": resolution,
-        "start": start,
-        "data": data,
-    }
 
 
 async def _stream_tail(r) -> bytes | str:

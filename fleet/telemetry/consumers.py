@@ -8,7 +8,7 @@
             (`can(user, "view", obj)`); the group then receives the aggregator's batched
             messages (fleet.telemetry.payloads) and nothing is checked per message.
 `ws/wall/`  the monitoring wall: a signed wall-link token or a logged-in viewer. The token
-            comes as a subprotocol (`tandem.wall-token.<token>`, see console.services), never
+            comes as a subprotocol (`tandem.wall-token.<token>`, see accounts.wall_links), never
             in the URL, which access logs keep. Read-only: joins the wall group, ignores
             whatever the client sends. An expired or revoked link closes the socket (4403).
 
@@ -197,7 +197,7 @@ class WallConsumer(_PushConsumer):
     link_expires_at = None
 
     async def connect(self):
-        from fleet.console.services import WALL_PROTOCOL, token_from_protocols
+        from fleet.accounts.wall_links import WALL_PROTOCOL, token_from_protocols, wall_link_group
 
         self.groups_joined = {}
         offered = self.scope.get("subprotocols") or []
@@ -219,7 +219,7 @@ class WallConsumer(_PushConsumer):
         await self.accept(subprotocol=WALL_PROTOCOL if WALL_PROTOCOL in offered else None)
         if link is not None:  # revoking the link closes the screens showing it
             self.link_expires_at = link.expires_at
-            self.link_group = payloads.wall_link_group(link.pk)
+            self.link_group = wall_link_group(link.pk)
             await self.channel_layer.group_add(self.link_group, self.channel_name)
         else:
             await self.follow_session(user)
@@ -245,6 +245,6 @@ class WallConsumer(_PushConsumer):
 
 @database_sync_to_async
 def _wall_link(token: str):
-    from fleet.console.services import wall_link_for_token
+    from fleet.accounts.wall_links import wall_link_for_token
 
     return wall_link_for_token(token)

@@ -18,8 +18,7 @@ Anything else: 401 (no/invalid credentials) or 403 (remote without credentials, 
 
 from __future__ import annotations
 
-import os
-
+from django.conf import settings
 from django.http import HttpResponse
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -211,7 +210,7 @@ def _refusal(request) -> HttpResponse | None:
     """None when the scrape may go on; else a 401, 403 or 429 (text, as Prometheus logs it).
     Allowed: the configured scrape token, an API key of a user who may view (through the
     same lockout as every other key login), or, with no token configured, loopback."""
-    configured = os.environ.get("TANDEM_METRICS_TOKEN", "")
+    configured = settings.METRICS_TOKEN
     token = bearer_token(request)
     if token and configured and same(token, configured):
         return None

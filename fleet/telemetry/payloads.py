@@ -19,11 +19,6 @@ def node_group(node_id: int) -> str:
     return f"node-{int(node_id)}"
 
 
-def wall_link_group(link_id: int) -> str:
-    """Screens opened with one wall link (told to close when it is revoked)."""
-    return f"walllink-{int(link_id)}"
-
-
 class NodeRow(TypedDict):
     """One node as the fleet table shows it (compact: 1,000 of these go out twice a second)."""
 

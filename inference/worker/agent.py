@@ -206,24 +206,9 @@ class Agent:
         return sample
 
     def heartbeat_body(self, samples: list[dict]) -> dict:
-        sample = accumulate(samples)
-        telemetry = {
-            "interval_s": sample["interval_s"],
-            "num_drafts": sample.get("num_drafts", 0),
-            "num_draft_tokens": sample.get("num_draft_tokens", 0),
-            "num_accepted_tokens": sample.get("num_accepted_tokens", 0),
-            "num_accepted_tokens_per_pos": sample.get("num_accepted_tokens_per_pos", []),
-            "verify_batch_size_hist": sample.get("verify_batch_hist", {}),
-            "draft_step_s": sample.get("draft_step_s", 0.0),
-            "verify_step_s": sample.get("verify_step_s", 0.0),
-            "tokens_generated": sample.get("generation_tokens", 0),
-            "queue_depth": sample["queue_depth"],
-            "power_w": sample["power_w"],
-            "power_source": sample["power_source"],
-            "energy_j": sample["power_w"] * sample["interval_s"],
-            "utilization": sample["utilization"],
-        }
-        return {"agent_version": AGENT_VERSION, "device_info": self.device, "telemetry": telemetry}
+        """Liveness only (the agent, its device). The figures of `samples` leave the node
+        once, as the signed telemetry samples `publish` sends: one vocabulary."""
+        return {"agent_version": AGENT_VERSION, "device_info": self.device}
 
     # -- transport --------------------------------------------------------------------------------
     def send_heartbeat(self, body: dict) -> None:

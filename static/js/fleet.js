@@ -27,7 +27,7 @@
     var tr = document.createElement("tr");
     tr.dataset.id = r.id;
     tr.innerHTML =
-      '<td><a href="/nodes/' + r.id + '/live">' + T.esc(r.name) + "</a>" +
+      '<td><a href="/nodes/' + r.id + '/">' + T.esc(r.name) + "</a>" +
       (r.sim ? ' <span class="pill pill-simulated">simulated</span>' : "") + "</td>" +
       '<td class="c-state"></td><td class="c-role"></td><td class="c-pipe"></td>' +
       '<td class="num c-power"></td><td class="c-util"><span class="bar"><span></span></span><span class="v"></span></td>' +

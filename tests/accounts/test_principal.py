@@ -12,8 +12,8 @@ pytestmark = pytest.mark.django_db
 
 
 def _request(token: str | None = None, user=None):
-    headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"} if token else {}
-    request = RequestFactory().get("/", REMOTE_ADDR="10.2.3.4", **headers)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    request = RequestFactory().get("/", headers=headers, REMOTE_ADDR="10.2.3.4")
     if user is not None:
         request.user = user
     return request

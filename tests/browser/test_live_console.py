@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from fleet.console.services import wall_link_create
+from fleet.accounts.wall_links import wall_link_create
 from fleet.telemetry.ingest import publish_sample
 from tests.browser.fleetdata import Feeder, build
 from tests.conftest import PASSWORD
@@ -87,7 +87,7 @@ def test_fleet_pipeline_and_node_pages_are_live(stack, chromium, screenshots, vi
         page.screenshot(path=str(screenshots / "home.png"), full_page=True)
 
         node = world["nodes"][0][0]
-        page.goto(f"{stack.url}/nodes/{node.pk}/live")
+        page.goto(f"{stack.url}/nodes/{node.pk}/")
         _wait_live(page)
         page.wait_for_function(
             "() => document.querySelector('[data-k=\"power_w\"]').textContent.includes('W')",

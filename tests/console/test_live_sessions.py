@@ -100,7 +100,7 @@ async def test_a_wall_screen_closes_when_its_link_expires(admin):
     import asyncio
     from datetime import timedelta
 
-    from fleet.console.services import WALL_PROTOCOL, WALL_TOKEN_PROTOCOL, wall_link_create
+    from fleet.accounts.wall_links import WALL_PROTOCOL, WALL_TOKEN_PROTOCOL, wall_link_create
 
     expires_at = timezone.now() + timedelta(seconds=1.5)
     _, token = await sync_to_async(wall_link_create)(

@@ -6,8 +6,8 @@ import pytest
 from django.contrib.staticfiles import finders
 from django.test import Client
 
-from fleet.console.models import WallLink
-from fleet.console.services import wall_link_create
+from fleet.accounts.models import WallLink
+from fleet.accounts.wall_links import wall_link_create
 from fleet.telemetry.aggregator import Aggregator
 from fleet.telemetry.ingest import STREAM, client, encode
 from fleet.telemetry.registry import load_registry
@@ -49,7 +49,7 @@ def _pages(world):
     return [
         "/fleet/",
         f"/pipelines/{world['pipeline'].pk}/",
-        f"/nodes/{world['v'].pk}/live",
+        f"/nodes/{world['v'].pk}/",
         "/wall/",
     ]
 
@@ -76,10 +76,10 @@ def test_pages_render_the_live_state_for_a_viewer(world, viewer):
     assert "60.0%" in pipeline  # acceptance rate from the snapshot
     assert 'id="ch-accept"' in pipeline and "plotly/plotly.min.js" in pipeline
     assert 'id="actions"' not in pipeline  # viewers get no action controls
-    node = alice.get(f"/nodes/{world['v'].pk}/live").content.decode()
+    node = alice.get(f"/nodes/{world['v'].pk}/").content.decode()
     assert "Generations it serves" in node and "Test GPU" in node
     assert alice.get("/pipelines/999999/").status_code == 404
-    assert alice.get("/nodes/999999/live").status_code == 404
+    assert alice.get("/nodes/999999/").status_code == 404
 
 
 def test_operators_get_the_pipeline_actions(world, operator):

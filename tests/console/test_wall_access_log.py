@@ -7,7 +7,7 @@ import httpx
 import pytest
 import websockets
 
-from fleet.console.services import WALL_PROTOCOL, WALL_TOKEN_PROTOCOL, wall_link_create
+from fleet.accounts.wall_links import WALL_PROTOCOL, WALL_TOKEN_PROTOCOL, wall_link_create
 from tests.api.conftest import daphne_url  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.slow

@@ -7,8 +7,8 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from fleet.console.models import WallLink
-from fleet.console.services import wall_link_create, wall_link_for_token
+from fleet.accounts.models import WallLink
+from fleet.accounts.wall_links import wall_link_create, wall_link_for_token
 
 pytestmark = pytest.mark.django_db
 

@@ -3,7 +3,7 @@
 import pytest
 from django.test import Client
 
-from fleet.console.models import WallLink
+from fleet.accounts.models import WallLink
 
 pytestmark = pytest.mark.django_db
 

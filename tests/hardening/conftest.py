@@ -5,8 +5,8 @@ code that parses them instead of stopping at a 404."""
 import pytest
 from django.utils import timezone
 
+from fleet.accounts.models import WallLink
 from fleet.accounts.services import api_key_create
-from fleet.console.models import WallLink
 from fleet.nodes.models import HardwareProfile
 from inference.models import Generation
 from tests.api.conftest import _fast_passwords, model_path, pipeline, place_pair, serving

@@ -6,7 +6,9 @@ from django.utils import timezone
 
 from fleet.nodes.choices import TRANSITIONS, NodeState
 from fleet.nodes.models import HardwareProfile, IllegalTransition, Node, StaleVersion
-from fleet.nodes.services import node_drain, node_retire, node_return, node_update
+from fleet.nodes.services import node_retire, node_transition, node_update
+from fleet.pipelines.rules import ActionRefused
+from fleet.pipelines.services import node_drain, node_return
 from tests.nodes.conftest import make_node
 
 S = NodeState
@@ -61,15 +63,17 @@ def test_transition_follows_the_table(start, to, legal):
 
 def test_services_persist_transitions_and_bump_the_version():
     node, _ = make_node()
-    node = node_drain(node=node)
+    node = node_drain(node_id=node.pk, actor="test")
     assert Node.objects.get(pk=node.pk).state == S.DRAINING and node.version == 2
-    node = node_return(node=node)
+    node = node_return(node_id=node.pk, actor="test")
     assert node.state == S.ONLINE and node.version == 3
-    with pytest.raises(IllegalTransition):
-        node_return(node=node)  # only a draining node returns
+    with pytest.raises(IllegalTransition):  # only a draining node returns
+        node_transition(node=node, to=S.ONLINE, only_from=frozenset({S.DRAINING}))
+    with pytest.raises(ActionRefused, match="only a draining node"):
+        node_return(node_id=node.pk, actor="test")
     node_retire(node=node)
-    with pytest.raises(IllegalTransition, match="retired is final"):
-        node_drain(node=node)
+    with pytest.raises(ActionRefused, match="retired is final"):
+        node_drain(node_id=node.pk, actor="test")
 
 
 def test_stale_version_is_refused():

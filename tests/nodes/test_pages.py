@@ -115,10 +115,13 @@ def test_register_needs_csrf(admin):
 
 
 def test_detail_page(viewer, admin):
+    """One page per node: registry facts, tokens (admins) and live figures together."""
     node, _ = make_node(name="verify-01")
     html = logged_in(viewer).get(f"/nodes/{node.pk}/").content.decode()
-    assert "verify-01" in html and "No telemetry yet" in html
-    assert "Tokens" not in html  # admins only
-    assert "Tokens" in logged_in(admin).get(f"/nodes/{node.pk}/").content.decode()
+    assert "verify-01" in html and "Registry entry" in html and "live-page" in html
+    assert "<h2>Tokens</h2>" not in html  # admins only
+    assert "<h2>Tokens</h2>" in logged_in(admin).get(f"/nodes/{node.pk}/").content.decode()
     assert logged_in(viewer).get("/nodes/424242/").status_code == 404
     assert logged_in(viewer).get("/nodes/99999999999999999999999/").status_code == 404
+    moved = logged_in(viewer).get(f"/nodes/{node.pk}/live")  # the old address of its live half
+    assert moved.status_code == 301 and moved["Location"] == f"/nodes/{node.pk}/"

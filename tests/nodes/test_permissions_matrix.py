@@ -105,7 +105,7 @@ NEW_PROFILE = {
     "tdp_w": 700,
     "idle_w": 60,
 }
-HEARTBEAT = {"agent_version": "0.1.0", "telemetry": {"interval_s": 1.0}}
+HEARTBEAT = {"agent_version": "0.1.0"}
 
 ENDPOINTS = [
     # --- nodes --------------------------------------------------------------------------

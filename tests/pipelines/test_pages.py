@@ -4,14 +4,19 @@ import pytest
 
 from fleet.nodes.models import Node
 from fleet.pipelines.models import AuditEvent, Pipeline
+from tests.conftest import client_for
 from tests.pipelines.conftest import online_node
 
 pytestmark = pytest.mark.django_db
 
 
-def test_edit_page_shows_actions_revisions_and_audit(pipeline, operator, client):
+def test_the_pipeline_page_shows_operators_actions_revisions_and_audit(pipeline, operator, client):
+    """One page per pipeline: live figures, and for operators its controls and history; the
+    old operators' page (/edit) sends there."""
     client.force_login(operator)
-    page = client.get(f"/pipelines/{pipeline.pk}/edit")
+    moved = client.get(f"/pipelines/{pipeline.pk}/edit")
+    assert moved.status_code == 301 and moved["Location"] == f"/pipelines/{pipeline.pk}/"
+    page = client.get(f"/pipelines/{pipeline.pk}/")
     assert page.status_code == 200
     for text in (
         b"Place a node",
@@ -31,7 +36,7 @@ def test_form_actions(pipeline, operator, client):
         f"/pipelines/{pipeline.pk}/act/place",
         {"node": free.pk, "role": "verify", "version": 1, "reason": "capacity"},
     )
-    assert r.status_code == 302 and r["Location"] == f"/pipelines/{pipeline.pk}/edit"
+    assert r.status_code == 302 and r["Location"] == f"/pipelines/{pipeline.pk}/"
     r = client.post(
         f"/pipelines/{pipeline.pk}/act/k_policy",
         {"mode": "table", "table": "1:6, 16:2", "version": 2, "next": f"/pipelines/{pipeline.pk}/"},
@@ -86,7 +91,7 @@ def test_offsite_next_is_ignored(pipeline, operator, client):
         f"/pipelines/{pipeline.pk}/act/k_policy",
         {"mode": "fixed", "k": "2", "next": "https://evil.example/x"},
     )
-    assert r["Location"] == f"/pipelines/{pipeline.pk}/edit"
+    assert r["Location"] == f"/pipelines/{pipeline.pk}/"
 
 
 def test_new_pipeline_form(operator, client):
@@ -129,6 +134,7 @@ def test_console_pipeline_page_has_the_controls_for_operators_only(
     client.force_login(viewer)
     page = client.get(f"/pipelines/{pipeline.pk}/")
     assert page.status_code == 200 and b"Place a node" not in page.content
+    assert b"Audit log" not in page.content and b"Roll back" not in page.content
 
 
 def test_auto_mode_and_bounds_from_the_form(pipeline, operator, client):
@@ -159,3 +165,20 @@ def test_auto_mode_and_bounds_from_the_form(pipeline, operator, client):
         follow=True,
     )
     assert b"k_min must not exceed k_max" in bad.content
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [("version", "abc"), ("reason", "x" * 2001), ("max_verify_batch", "5000")],
+)
+def test_pages_refuse_what_the_api_refuses(pipeline, operator, client, field, value):
+    """A page POST is validated by the API's serializer: what the REST call refuses with 400
+    (a version that is not a number, an over-long reason, a cap out of range) the page
+    refuses too, naming the field, and changes nothing."""
+    client.force_login(operator)
+    body = {"max_verify_batch": "8", "version": "1", field: value}
+    page = client.post(f"/pipelines/{pipeline.pk}/act/configure", body, follow=True)
+    assert b"Refused: " + field.encode() in page.content
+    rest = client_for(operator).patch(f"/api/v1/pipelines/{pipeline.pk}", body, format="json")
+    assert rest.status_code == 400 and field in rest.json()
+    assert Pipeline.objects.get(pk=pipeline.pk).version == 1

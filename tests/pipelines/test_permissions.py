@@ -162,13 +162,6 @@ ENDPOINTS = [
         session=True,
     ),
     Endpoint(
-        "page-pipeline-edit",
-        "get",
-        page("/pipelines/{w.pipeline.pk}/edit"),
-        gate("operator", 200, page=True),
-        session=True,
-    ),
-    Endpoint(
         "page-pipeline-act",
         "post",
         page("/pipelines/{w.pipeline.pk}/act/k_policy"),

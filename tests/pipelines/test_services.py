@@ -7,7 +7,7 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from fleet.nodes.models import Node
-from fleet.pipelines import services
+from fleet.pipelines import bookkeeping, services
 from fleet.pipelines.models import AuditEvent, Pipeline, PipelineRevision, Placement
 from fleet.pipelines.services import ActionRefused, StaleVersion
 from tests.pipelines.conftest import make_pipeline, online_node, place
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.django_db
 def pushed(monkeypatch):
     """Records the pipelines pushed to workers (after commit)."""
     calls = []
-    monkeypatch.setattr(services, "push_config", lambda pid: calls.append(pid))
+    monkeypatch.setattr(bookkeeping, "push_config", lambda pid: calls.append(pid))
     return calls
 
 

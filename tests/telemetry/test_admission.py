@@ -52,8 +52,8 @@ def _metrics() -> dict:
     return out
 
 
-def test_replays_time_shifts_and_impossible_counters_are_dropped_and_counted(verifier, monkeypatch):
-    monkeypatch.delenv("TANDEM_METRICS_TOKEN", raising=False)
+def test_replays_time_shifts_and_impossible_counters_are_dropped_and_counted(settings, verifier):
+    settings.METRICS_TOKEN = ""
     v, token = verifier
     now = time.time()
     agg = Aggregator(clock=lambda: now)

@@ -11,13 +11,13 @@ from channels.testing import WebsocketCommunicator
 from django.conf import settings
 from django.test import Client
 
-from fleet.asgi import application
-from fleet.console.services import (
+from fleet.accounts.wall_links import (
     WALL_PROTOCOL,
     WALL_TOKEN_PROTOCOL,
     wall_link_create,
     wall_link_revoke,
 )
+from fleet.asgi import application
 from fleet.telemetry.aggregator import Aggregator
 from fleet.telemetry.ingest import encode
 from fleet.telemetry.registry import load_registry

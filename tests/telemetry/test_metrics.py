@@ -48,8 +48,8 @@ def _one(samples, name, **labels):
     return hit.value
 
 
-def test_metrics_names_and_values(live, monkeypatch):
-    monkeypatch.delenv("TANDEM_METRICS_TOKEN", raising=False)
+def test_metrics_names_and_values(settings, live):
+    settings.METRICS_TOKEN = ""
     response = Client(REMOTE_ADDR="127.0.0.1").get("/metrics")
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/plain")
@@ -85,10 +85,10 @@ def test_metrics_names_and_values(live, monkeypatch):
     assert _one(s, "tandem:aggregator_tick_work_seconds", stat="max") >= 0
 
 
-def test_metrics_access(live, monkeypatch, viewer, outsider):
+def test_metrics_access(settings, live, viewer, outsider):
     from tests.conftest import client_for
 
-    monkeypatch.delenv("TANDEM_METRICS_TOKEN", raising=False)
+    settings.METRICS_TOKEN = ""
     assert Client(REMOTE_ADDR="10.0.0.9").get("/metrics").status_code == 403
     viewer_key = client_for(viewer)._credentials["HTTP_AUTHORIZATION"]
     outsider_key = client_for(outsider)._credentials["HTTP_AUTHORIZATION"]
@@ -96,7 +96,7 @@ def test_metrics_access(live, monkeypatch, viewer, outsider):
     assert remote.get("/metrics", HTTP_AUTHORIZATION=viewer_key).status_code == 200
     assert remote.get("/metrics", HTTP_AUTHORIZATION=outsider_key).status_code == 403
     assert remote.get("/metrics", HTTP_AUTHORIZATION="Bearer tdm_nope_nope").status_code == 401
-    monkeypatch.setenv("TANDEM_METRICS_TOKEN", "s3cret-scrape-token")
+    settings.METRICS_TOKEN = "s3cret-scrape-token"
     assert Client(REMOTE_ADDR="127.0.0.1").get("/metrics").status_code == 401
     assert remote.get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
     ok = remote.get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret-scrape-token")
@@ -106,13 +106,13 @@ def test_metrics_access(live, monkeypatch, viewer, outsider):
     )
 
 
-def test_wrong_keys_on_metrics_count_toward_the_lockout(settings, monkeypatch, viewer):
+def test_wrong_keys_on_metrics_count_toward_the_lockout(settings, viewer):
     """/metrics takes API keys through the same lockout as the REST API: guessing keys
     there locks the address out (429 for wrong keys; the right key still works), and the
     count is shared with the REST API."""
     from fleet.accounts.services import api_key_create
 
-    monkeypatch.delenv("TANDEM_METRICS_TOKEN", raising=False)
+    settings.METRICS_TOKEN = ""
     settings.API_KEY_FAILURE_LIMIT = 3
     _, good = api_key_create(user=viewer, name="scraper")
     remote = Client(REMOTE_ADDR="10.0.0.9")
@@ -127,7 +127,7 @@ def test_wrong_keys_on_metrics_count_toward_the_lockout(settings, monkeypatch, v
     assert remote.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {good}").status_code == 200
 
 
-def test_metrics_with_no_aggregator(monkeypatch, db):
-    monkeypatch.delenv("TANDEM_METRICS_TOKEN", raising=False)
+def test_metrics_with_no_aggregator(settings, db):
+    settings.METRICS_TOKEN = ""
     response = Client(REMOTE_ADDR="127.0.0.1").get("/metrics")
     assert response.status_code == 200 and b"tandem:fleet_nodes" in response.content

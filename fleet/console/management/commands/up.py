@@ -108,7 +108,7 @@ class Command(BaseCommand):
             redis_server = ensure_redis_url(settings.DATA_DIR)
             if redis_server:
                 self._say(f"  started redis        pid {redis_server.process.pid} (embedded)")
-            settings.REDIS_URL = os.environ["REDIS_URL"]
+            settings.REDIS_URL = env_str("REDIS_URL")
             _use_redis_for_celery(settings.REDIS_URL)
 
             call_command("migrate", interactive=False, verbosity=0)
@@ -120,9 +120,7 @@ class Command(BaseCommand):
 
             supervisor.env = {
                 **os.environ,
-                "DJANGO_SETTINGS_MODULE": os.environ.get(
-                    "DJANGO_SETTINGS_MODULE", "fleet.settings"
-                ),
+                "DJANGO_SETTINGS_MODULE": env_str("DJANGO_SETTINGS_MODULE", "fleet.settings"),
                 "TANDEM_DATA_DIR": str(settings.DATA_DIR),
                 "REDIS_URL": settings.REDIS_URL,
                 "PYTHONUNBUFFERED": "1",

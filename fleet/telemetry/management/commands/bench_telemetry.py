@@ -33,6 +33,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from fleet.embedded_redis import ensure_redis_url
+from fleet.env import env_str
 
 WARMUP_S = 3.0
 
@@ -73,7 +74,7 @@ class Command(BaseCommand):
         if nodes < 1 or seconds <= WARMUP_S:
             raise CommandError(f"--nodes >= 1 and --seconds > {WARMUP_S} please")
         redis_server = ensure_redis_url(settings.DATA_DIR)
-        settings.REDIS_URL = os.environ["REDIS_URL"]
+        settings.REDIS_URL = env_str("REDIS_URL")
         call_command("migrate", interactive=False, verbosity=0)
         run = secrets.token_hex(3)
         procs: list[subprocess.Popen] = []
@@ -149,10 +150,10 @@ class Command(BaseCommand):
         from django.db import transaction
         from django.test import Client
 
+        from fleet.accounts.models import WallLink
         from fleet.accounts.secrets import new_secret
         from fleet.accounts.services import user_set_role
-        from fleet.console.models import WallLink
-        from fleet.console.services import wall_token
+        from fleet.accounts.wall_links import wall_token
         from fleet.nodes.models import HardwareProfile, Node, NodeToken
         from fleet.pipelines.models import Pipeline, Placement
         from fleet.telemetry.ingest import signing_key
@@ -224,7 +225,7 @@ class Command(BaseCommand):
     def _delete(self, world: dict) -> None:
         from django.contrib.auth import get_user_model
 
-        from fleet.console.models import WallLink
+        from fleet.accounts.models import WallLink
         from fleet.nodes.models import Node
         from fleet.pipelines.models import Pipeline
         from fleet.telemetry.models import Rollup
@@ -347,15 +348,17 @@ def _publish(nodes: list, stop: threading.Event, slices: int = 20) -> None:
 async def _measure(port: int, world: dict, seconds: float) -> dict:
     import websockets
 
+    from fleet.accounts.wall_links import wall_protocols
+
     origin = f"http://127.0.0.1:{port}"
     base = f"ws://127.0.0.1:{port}"
     stats = {"fleet": {"lags": [], "n": 0, "bytes": 0}, "wall": {"lags": [], "n": 0, "bytes": 0}}
     started = time.time()
     deadline = started + seconds
 
-    async def reader(name: str, url: str, headers: dict, subscribe: dict | None):
+    async def reader(name: str, url: str, headers: dict, subscribe: dict | None, protocols=None):
         async with websockets.connect(
-            url, origin=origin, additional_headers=headers, max_size=2**24
+            url, origin=origin, additional_headers=headers, max_size=2**24, subprotocols=protocols
         ) as ws:
             if subscribe:
                 await ws.send(json.dumps(subscribe))
@@ -384,7 +387,8 @@ async def _measure(port: int, world: dict, seconds: float) -> dict:
             {"Cookie": world["cookie"]},
             {"action": "subscribe", "topic": "fleet"},
         ),
-        reader("wall", f"{base}/ws/wall/?token={world['wall_token']}", {}, None),
+        # as a screen sends its wall token: a subprotocol, never in the (logged) URL
+        reader("wall", f"{base}/ws/wall/", {}, None, wall_protocols(world["wall_token"])),
     )
     window = seconds - WARMUP_S
     fleet, wall = stats["fleet"], stats["wall"]

@@ -1,4 +1,5 @@
-"""Console state changes: wall links (create, revoke) and reading a wall token.
+"""Wall links: signed, revocable grants that let an unattended screen show the monitoring
+wall (page and websocket) and nothing else. Create, revoke, and read a token.
 
 A wall link's token travels only where access logs do not see it: the link is
 `/wall/screen/#token=...` (a URL fragment never reaches the server), the screen's page sends
@@ -14,7 +15,7 @@ from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from fleet.console.models import WallLink
+from fleet.accounts.models import WallLink
 from fleet.pipelines.models import AuditEvent
 
 WALL_SALT = "tandem.wall-link"
@@ -25,6 +26,11 @@ WALL_TOKEN_PROTOCOL = "tandem.wall-token."
 def wall_link_url(request, token: str) -> str:
     """The link to open on a screen: the token in the fragment, out of every log."""
     return request.build_absolute_uri(reverse("console:wall-screen")) + f"#token={token}"
+
+
+def wall_protocols(token: str) -> list[str]:
+    """The subprotocols a screen offers to open the wall with `token` (as static/js/wall.js)."""
+    return [WALL_PROTOCOL, WALL_TOKEN_PROTOCOL + token.replace(":", ".")]
 
 
 def token_from_protocols(protocols) -> str | None:
@@ -93,11 +99,15 @@ def wall_link_revoke(*, link: WallLink, actor) -> WallLink:
     return link
 
 
+def wall_link_group(link_id: int) -> str:
+    """The channel-layer group of the screens opened with one link (told to close when it
+    is revoked)."""
+    return f"walllink-{int(link_id)}"
+
+
 def _close_screens(link_id: int) -> None:
     from asgiref.sync import async_to_sync
     from channels.layers import get_channel_layer
-
-    from fleet.telemetry.payloads import wall_link_group
 
     try:
         async_to_sync(get_channel_layer().group_send)(

@@ -1,0 +1,103 @@
+"""What every change to a pipeline does, whichever service makes it: lock the row(s), check
+the caller's version, bump it with a PipelineRevision, write an AuditEvent (who, before,
+after, why), and push the committed configuration to the running workers after commit.
+
+`actor` is a user, or a label string for automation (the planner acts as "planner").
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from fleet.nodes.models import Node
+from fleet.pipelines.models import AuditEvent, Pipeline, PipelineRevision, Placement
+from fleet.pipelines.rules import StaleVersion
+
+# --- push to workers ---------------------------------------------------------------------------
+
+
+def push_config(pipeline_id: int) -> None:
+    """Sends the committed configuration to the running workers (through the data plane's
+    `inference.services.push_pipeline_config`)."""
+    from inference.services import push_pipeline_config  # the data plane imports this app
+
+    pipeline = Pipeline.objects.filter(pk=pipeline_id).first()
+    if pipeline is not None:
+        push_pipeline_config(pipeline)
+
+
+def _push(pipeline_id: int) -> None:
+    push_config(pipeline_id)  # looked up at call time: tests replace push_config
+
+
+def push_after_commit(*pipeline_ids: int) -> None:
+    for pid in dict.fromkeys(pipeline_ids):
+        transaction.on_commit(partial(_push, pid))
+
+
+def actor_of(actor) -> tuple[object | None, str]:
+    if actor is None:
+        return None, "system"
+    if isinstance(actor, str):
+        return None, actor
+    return actor, actor.get_username()
+
+
+def locked_pipeline(pipeline_id: int) -> Pipeline:
+    try:
+        return Pipeline.objects.select_for_update().get(pk=pipeline_id)
+    except Pipeline.DoesNotExist as exc:
+        raise ValidationError({"pipeline": f"no pipeline {pipeline_id}"}) from exc
+
+
+def locked_node(node_id: int) -> Node:
+    try:
+        return Node.objects.select_for_update().select_related("profile").get(pk=node_id)
+    except Node.DoesNotExist as exc:
+        raise ValidationError({"node": f"no node {node_id}"}) from exc
+
+
+def check_version(pipeline: Pipeline, expected: int | None) -> None:
+    if expected is not None and int(expected) != pipeline.version:
+        raise StaleVersion(pipeline, int(expected))
+
+
+def placements_snapshot(pipeline: Pipeline) -> list[dict]:
+    rows = Placement.objects.filter(pipeline=pipeline).select_related("node").order_by("node_id")
+    return [{"node": p.node_id, "name": p.node.name, "role": p.role} for p in rows]
+
+
+def snapshot(pipeline: Pipeline) -> dict:
+    """Configuration plus placements: what a revision stores and the audit log compares."""
+    return {**pipeline.config(), "placements": placements_snapshot(pipeline)}
+
+
+def bump(pipeline: Pipeline, update_fields: list[str] | None = None) -> None:
+    pipeline.version += 1
+    fields = ["version", "updated_at", *(update_fields or [])]
+    pipeline.save(update_fields=list(dict.fromkeys(fields)))
+    PipelineRevision.objects.create(
+        pipeline=pipeline, version=pipeline.version, config=snapshot(pipeline)
+    )
+
+
+def audit(*, actor, action: str, pipeline=None, node=None, before=None, after=None, reason=""):
+    user, label = actor_of(actor)
+    return AuditEvent.objects.create(
+        actor=user,
+        actor_label=label,
+        action=action,
+        pipeline=pipeline,
+        node=node,
+        before=before or {},
+        after=after or {},
+        reason=reason or "",
+    )
+
+
+def changed(before: dict, after: dict) -> tuple[dict, dict]:
+    keys = [k for k in after if before.get(k) != after.get(k)]
+    return {k: before.get(k) for k in keys}, {k: after.get(k) for k in keys}
