@@ -41,7 +41,8 @@ import json, time
 from fleet.accounts.services import api_key_create, user_set_role
 from django.contrib.auth import get_user_model
 from fleet.nodes.models import Node
-from fleet.nodes.services import node_drain, node_register
+from fleet.nodes.services import node_register
+from fleet.pipelines.services import node_drain
 from fleet.pipelines.models import Pipeline, Placement
 deadline = time.monotonic() + 240
 while Node.objects.filter(name__in=["demo-draft", "demo-verify"], state="online").count() < 2:
@@ -52,7 +53,7 @@ user_set_role(user=user, role="admin")
 verifier = Node.objects.get(name="demo-verify")
 node, token = node_register(name="demo-verify-2", profile=verifier.profile, roles=["verify"])
 Placement.objects.create(pipeline=Pipeline.objects.get(name="demo"), node=node, role="verify")
-node_drain(node=node)  # no work until the test returns it, once the streams run
+node_drain(node_id=node.pk, actor=user)  # no work until the test returns it, once streams run
 print(json.dumps({"key": api_key_create(user=user, name="e2e")[1], "node": node.pk,
                   "token": token}))
 """
