@@ -25,6 +25,7 @@ from fleet.telemetry.samples import MAX_BATCH
 
 MAX_AHEAD_S = 30.0  # node clocks are NTP-synced; 30 s covers a sloppy one
 MAX_AGE_S = 60.0
+INTERVAL_SLACK_S = 1.0  # a sample's interval vs the time since the node's previous sample
 MIN_STEP_S = 1e-6  # no engine verifies or drafts a batch in under a microsecond
 MIN_PARAMS = 1e5  # no model that verifies or drafts is smaller (the demo pair is larger)
 FLOPS_SLACK = 2.0  # a profile's peak may understate the device (it is an estimate)
@@ -64,14 +65,25 @@ class Limits:
         )
 
 
-def freshness(ts: float, *, now: float, last_ts: float | None) -> str | None:
-    """The reason to drop a sample dated `ts` (None: keep it)."""
+def freshness(
+    ts: float, *, now: float, last_ts: float | None, interval_s: float | None = None
+) -> str | None:
+    """The reason to drop a sample dated `ts` covering `interval_s` (None: keep it).
+
+    A sample's counters are bounded per second of its interval (`impossible`), so the
+    interval itself must be real: a node cannot claim more time than has passed since its
+    previous sample (nor, for its first one, more than the window the aggregator keeps) —
+    else samples 1 us apart, each claiming an hour, would multiply every bound."""
     if ts > now + MAX_AHEAD_S:
         return "future"
     if ts < now - MAX_AGE_S:
         return "stale"
     if last_ts is not None and ts <= last_ts:
         return "replay"
+    if interval_s is not None:
+        elapsed = (ts - last_ts) if last_ts is not None else MAX_AGE_S
+        if interval_s > elapsed + INTERVAL_SLACK_S:
+            return "impossible"
     return None
 
 

@@ -122,7 +122,9 @@ class Aggregation:
         """Why a verified sample is not taken (replay, stale, future, impossible), or None."""
         state = self.nodes.get(node_id)
         last_ts = state.last["ts"] if state is not None and state.last else None
-        reason = admission.freshness(sample["ts"], now=now, last_ts=last_ts)
+        reason = admission.freshness(
+            sample["ts"], now=now, last_ts=last_ts, interval_s=sample["interval_s"]
+        )
         if reason is not None:
             return reason
         field = admission.impossible(sample, self.registry.nodes[node_id].limits)

@@ -133,3 +133,19 @@ def test_figures_a_real_node_reports_are_possible_on_a_modest_profile(verifier):
     publish_sample(v.id, f.verify_sample(ts=now + 0.1, generation_tokens=10**12), token=token)
     _drain(agg, "0-0", now=now)
     assert agg.samples_ok == 1 and dict(agg.dropped) == {"impossible": 1}
+
+
+def test_a_sample_cannot_claim_more_time_than_has_passed(verifier):
+    """Counter bounds are per second of a sample's interval: samples 1 ms apart claiming an
+    hour each (or a first sample claiming an hour) would multiply them, so they are dropped."""
+    v, token = verifier
+    now = time.time()
+    agg = Aggregator(clock=lambda: now)
+    agg.set_registry(load_registry())
+    publish_sample(v.id, f.verify_sample(ts=now - 10, interval_s=3600), token=token)
+    publish_sample(v.id, f.verify_sample(ts=now - 2), token=token)
+    publish_sample(v.id, f.verify_sample(ts=now - 1.999, interval_s=3600), token=token)
+    publish_sample(v.id, f.verify_sample(ts=now - 1.998, interval_s=3600), token=token)
+    publish_sample(v.id, f.verify_sample(ts=now), token=token)  # 2 s later: 1 s claimed
+    _drain(agg, "0-0", now=now)
+    assert agg.samples_ok == 2 and dict(agg.dropped) == {"impossible": 3}
