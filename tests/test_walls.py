@@ -215,11 +215,6 @@ def test_nodes_pipelines_and_accounts_never_reach_up():
     assert crossings(files, ("fleet.telemetry", "fleet.console", "fleet.planner")) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 11: stale `except ImportError` around first-party imports in "
-    "fleet/pipelines/services.py, fleet/planner/inputs.py",
-)
 def test_no_import_error_fallbacks_around_our_own_modules():
     """A first-party module is always there: a fallback only hides a broken import."""
     found = []
@@ -246,11 +241,6 @@ def test_no_import_error_fallbacks_around_our_own_modules():
     assert found == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 11: planner/views.py imports pipelines.views._errors_text (pages validated "
-    "by serializers)",
-)
 def test_no_module_imports_another_modules_private_name():
     found = []
     for path in source_files("fleet", "inference"):
@@ -264,13 +254,13 @@ def test_no_module_imports_another_modules_private_name():
     assert found == []
 
 
-NODE_SIDE = ("inference/worker", "inference/agent.py", "inference/power.py", "inference/wire.py")
+NODE_SIDE = ("inference/worker", "inference/wire.py")
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="issue 13: node processes still read and write the database (worker/node.py "
-    "boot, host.py persister, agent heartbeat through fleet.nodes.services)",
+    reason="issue 13: node processes still read and write the database (worker/boot.py, "
+    "the engine loop's persister, the agent's heartbeat through fleet.nodes.services)",
 )
 def test_node_processes_need_no_database_credentials():
     """A node speaks Redis and the node-token API: no ORM, no app models, services, selectors."""

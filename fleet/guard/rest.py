@@ -14,7 +14,7 @@ from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.parsers import JSONParser
 from rest_framework.renderers import JSONRenderer
 
-from fleet.guard.inputs import InputError, load_json
+from fleet.guard.body_rules import InputError, load_json
 
 MAX_PAGE_SIZE = 200
 MAX_OFFSET = 2**31 - 1
@@ -35,7 +35,7 @@ def field_error(exc: InputError) -> APIException:
 
 class SafeJSONParser(JSONParser):
     """JSON bodies up to DATA_UPLOAD_MAX_MEMORY_SIZE bytes (413 above), checked by
-    `fleet.guard.inputs` before any serializer sees them."""
+    `fleet.guard.body_rules` before any serializer sees them."""
 
     def parse(self, stream, media_type=None, parser_context=None):
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE

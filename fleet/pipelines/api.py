@@ -19,7 +19,14 @@ from fleet.nodes.api import expected_version as node_expected_version
 from fleet.nodes.models import Node
 from fleet.nodes.serializers import NodeSerializer
 from fleet.pipelines import selectors, services
-from fleet.pipelines.inputs import (
+from fleet.pipelines.models import (
+    CONFIG_FIELDS,
+    AuditEvent,
+    Pipeline,
+    PipelineRevision,
+    Placement,
+)
+from fleet.pipelines.serializers import (
     ActionInput,
     BatchCapsInput,
     KPolicyInput,
@@ -29,13 +36,6 @@ from fleet.pipelines.inputs import (
     PlaceInput,
     RollbackInput,
     SwapDraftInput,
-)
-from fleet.pipelines.models import (
-    CONFIG_FIELDS,
-    AuditEvent,
-    Pipeline,
-    PipelineRevision,
-    Placement,
 )
 
 

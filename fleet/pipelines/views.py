@@ -23,8 +23,8 @@ from rest_framework.exceptions import ValidationError as DRFValidationError
 from fleet.accounts.errors import Conflict, errors_text
 from fleet.accounts.principal import require
 from fleet.pipelines import api, selectors, services
-from fleet.pipelines.inputs import AutoBoundsFields, KPolicyFields, NodePick
 from fleet.pipelines.models import DrafterKind, Pipeline
+from fleet.pipelines.serializers import AutoBoundsFields, KPolicyFields, NodePick
 
 PAGE_SIZE = 50
 

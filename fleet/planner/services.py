@@ -17,7 +17,7 @@ from fleet.pipelines import services as pipeline_services
 from fleet.pipelines.models import DrafterKind, Pipeline, Placement, PlacementRole
 from fleet.pipelines.policy import PolicyError, validate_policy
 from fleet.pipelines.services import allowed_roles
-from fleet.planner import inputs
+from fleet.planner import measurements
 from fleet.planner.model import PipelineModel
 from fleet.planner.recommend import (
     best_split,
@@ -118,9 +118,11 @@ def _flexible(placements: list[Placement]) -> tuple[list[int], list[int]]:
 
 def context(*, pipeline: Pipeline) -> PlannerContext:
     placements = _placements(pipeline)
-    measured = inputs.measured(pipeline)
+    measured = measurements.measured(pipeline)
     return PlannerContext(
-        model=inputs.pipeline_model(pipeline, placements=placements, measured_inputs=measured),
+        model=measurements.pipeline_model(
+            pipeline, placements=placements, measured_inputs=measured
+        ),
         measured=measured,
         placements=placements,
     )
@@ -160,7 +162,7 @@ def recommendation(*, pipeline: Pipeline) -> Recommendation | Unavailable:
         "version": pipeline.version,
         "available": True,
         "modeled": True,
-        "sources": inputs.sources_label(m, measured),
+        "sources": measurements.sources_label(m, measured),
         "inputs": {
             "alpha": m.alpha,
             "per_position": list(m.per_position),
@@ -241,7 +243,7 @@ def preview(*, pipeline: Pipeline, action: dict[str, Any]) -> Preview:
         "pipeline": pipeline.pk,
         "action": action,
         "modeled": True,
-        "sources": inputs.sources_label(m, measured),
+        "sources": measurements.sources_label(m, measured),
         "before": before.as_dict() if before else None,
         "after": after.as_dict() if after else None,
         "difference": difference(before, after) if before and after else None,

@@ -27,7 +27,7 @@ from fleet.nodes.models import HardwareProfile, Node, NodeToken
 from fleet.pipelines.models import Pipeline, PipelineRevision, Placement, PlacementRole
 from fleet.pipelines.policy import k_for
 from fleet.pipelines.services import snapshot
-from fleet.planner import inputs
+from fleet.planner import measurements
 from fleet.planner.model import Hardware, PipelineModel, predict
 
 logger = logging.getLogger(__name__)
@@ -211,7 +211,9 @@ class Simulator:
         for pid, rows in by_pipeline.items():
             pipeline = rows[0].pipeline
             alpha = self.alphas.get(pid, 0.7)
-            m = inputs.pipeline_model(pipeline, placements=rows, measured_inputs={"alpha": alpha})
+            m = measurements.pipeline_model(
+                pipeline, placements=rows, measured_inputs={"alpha": alpha}
+            )
             self.pipelines[pid] = SimPipeline(
                 pk=pid,
                 version=pipeline.version,

@@ -20,8 +20,8 @@ from fleet.accounts.access import can
 from fleet.accounts.errors import Conflict, errors_text
 from fleet.accounts.principal import require
 from fleet.nodes.models import HardwareProfile
-from fleet.pipelines.inputs import KPolicyFields
 from fleet.pipelines.models import Pipeline
+from fleet.pipelines.serializers import KPolicyFields
 from fleet.planner import services, whatif
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from fleet.nodes.choices import ProfileKind
 from fleet.nodes.models import HardwareProfile
 from fleet.pipelines.models import DrafterKind, Pipeline, Placement, PlacementRole
-from fleet.planner import inputs
+from fleet.planner import measurements
 from fleet.planner.model import Hardware, PipelineModel, cost_per_million_tokens
 from fleet.planner.recommend import best_k_at
 from fleet.planner.services import operating_batch
@@ -62,8 +62,8 @@ def current_fleet(
     mixes = []
     for pipeline in pipelines:
         placements = by_pipeline.get(pipeline.pk, [])
-        measured = inputs.measured(pipeline)
-        m = inputs.pipeline_model(pipeline, placements=placements, measured_inputs=measured)
+        measured = measurements.measured(pipeline)
+        m = measurements.pipeline_model(pipeline, placements=placements, measured_inputs=measured)
         mix = PipelineMix(
             pipeline.pk,
             pipeline.name,

@@ -29,7 +29,7 @@ from redis.exceptions import RedisError
 
 from fleet.accounts.access import can
 from fleet.accounts.principal import Refused, principal_for
-from fleet.guard.inputs import InputError, load_json
+from fleet.guard.body_rules import InputError, load_json
 from inference import services
 from inference.models import Generation
 from inference.serving import readiness, sse

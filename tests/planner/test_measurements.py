@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from fleet.planner import inputs
+from fleet.planner import measurements
 
 pytestmark = pytest.mark.django_db
 
@@ -26,13 +26,13 @@ def test_model_spec_from_config_and_from_name(tmp_path, settings):
         "tie_word_embeddings": True,
     }
     (d / "config.json").write_text(json.dumps(cfg))
-    spec = inputs.model_spec("tiny", default_params=1e9)
+    spec = measurements.model_spec("tiny", default_params=1e9)
     attn = 64 * 64 * 2 + 64 * 2 * 16 * 2
     assert spec.params == 2 * (attn + 3 * 64 * 128) + 259 * 64
     assert spec.kv_dim == 32 and spec.n_layers == 2
-    assert inputs.model_spec("meta-llama-3.1-70b-instruct", default_params=1).params == 70e9
-    assert inputs.model_spec("qwen2.5-0.5b", default_params=1).params == 0.5e9
-    assert inputs.model_spec("mystery", default_params=3e9).params == 3e9
+    assert measurements.model_spec("meta-llama-3.1-70b-instruct", default_params=1).params == 70e9
+    assert measurements.model_spec("qwen2.5-0.5b", default_params=1).params == 0.5e9
+    assert measurements.model_spec("mystery", default_params=3e9).params == 3e9
 
 
 def test_measured_from_rollups_fits_curves_and_alpha():
@@ -50,14 +50,14 @@ def test_measured_from_rollups_fits_curves_and_alpha():
                 "draft_step_ms": 1 + 0.05 * batch,
             }
         )
-    m = inputs.measured_from_rollups(rows)
+    m = measurements.measured_from_rollups(rows)
     assert m["alpha"] == pytest.approx(0.8) and m["per_position"][1] == pytest.approx(0.64)
     assert m["batch_mean"] == pytest.approx(15)
     assert m["verify_curve"].a == pytest.approx(0.010) and m["verify_curve"].x == pytest.approx(
         0.0001
     )
     assert m["draft_curve"].x == pytest.approx(0.00005)
-    assert "verify_curve" not in inputs.measured_from_rollups(rows[:2])  # too few points
+    assert "verify_curve" not in measurements.measured_from_rollups(rows[:2])  # too few points
 
 
 def test_measured_reads_the_pipelines_rollups(pipeline):
@@ -79,7 +79,7 @@ def test_measured_reads_the_pipelines_rollups(pipeline):
         start=now - timedelta(hours=3),
         data={"alpha": 0.1},
     )  # too old
-    m = inputs.measured(pipeline)
+    m = measurements.measured(pipeline)
     assert m["alpha"] == pytest.approx(0.6) and m["samples"] == 3
-    model = inputs.pipeline_model(pipeline, measured_inputs=m)
+    model = measurements.pipeline_model(pipeline, measured_inputs=m)
     assert model.alpha == pytest.approx(0.6) and model.n_verifiers == 1 and model.n_drafters == 1
