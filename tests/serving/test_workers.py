@@ -156,11 +156,6 @@ def test_greedy_through_workers_equals_inprocess_and_verifier_batches(
         after = node_inspect(verifier.pk)["stats"]["batch_size_hist"]
         assert {b for b in after if after[b] != before.get(b, 0)} == {"1"}
 
-        # the node heartbeats carried telemetry over HTTP
+        # the node heartbeats over HTTP (liveness and device; figures travel as signed samples)
         verifier.refresh_from_db()
-        assert verifier.device_info["kind"] in ("cpu", "gpu")
-        assert verifier.telemetry.payload["power_source"] in (
-            "modeled",
-            "measured-rapl",
-            "measured-nvml",
-        )
+        assert verifier.device_info["kind"] in ("cpu", "gpu") and verifier.last_seen

@@ -26,6 +26,18 @@ from tests.telemetry import factories as f
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
 
+@pytest.fixture(autouse=True)
+def _fresh_channel_layer():
+    """A channel layer per test: a layer's receive lock belongs to the event loop that first
+    received on it, and each test has its own loop (a consumer left receiving by a failed
+    test would otherwise fail every later one with 'bound to a different event loop')."""
+    from channels.layers import channel_layers
+
+    channel_layers.backends.clear()
+    yield
+    channel_layers.backends.clear()
+
+
 @sync_to_async
 def _cookie(user) -> bytes:
     client = Client()
@@ -82,15 +94,15 @@ async def test_viewer_subscribes_and_receives_batched_updates(viewer):
     connected, _ = await comm.connect()
     assert connected
     await comm.send_json_to({"action": "subscribe", "topic": "pipeline", "id": 999999})
-    assert (await comm.receive_json_from())["code"] == 404
+    assert (await comm.receive_json_from(timeout=5))["code"] == 404
     await comm.send_json_to({"action": "subscribe", "topic": "pipeline", "id": "1; drop"})
-    assert (await comm.receive_json_from())["code"] == 400
+    assert (await comm.receive_json_from(timeout=5))["code"] == 400
     await comm.send_json_to({"action": "dance"})
-    assert (await comm.receive_json_from())["code"] == 400
+    assert (await comm.receive_json_from(timeout=5))["code"] == 400
     await comm.send_json_to({"action": "subscribe", "topic": "fleet"})
-    assert await comm.receive_json_from() == {"type": "subscribed", "group": "fleet"}
+    assert await comm.receive_json_from(timeout=5) == {"type": "subscribed", "group": "fleet"}
     await comm.send_json_to({"action": "subscribe", "topic": "pipeline", "id": p.id})
-    assert (await comm.receive_json_from())["group"] == f"pipeline-{p.id}"
+    assert (await comm.receive_json_from(timeout=5))["group"] == f"pipeline-{p.id}"
     await _tick_with(v, token)
     got = {}
     for _ in range(2):
@@ -107,8 +119,8 @@ async def test_a_late_subscriber_gets_the_snapshot_first(viewer):
     comm = await _socket("/ws/live/", viewer)
     assert (await comm.connect())[0]
     await comm.send_json_to({"action": "subscribe", "topic": "node", "id": v.id})
-    assert (await comm.receive_json_from())["type"] == "subscribed"
-    snap = await comm.receive_json_from()
+    assert (await comm.receive_json_from(timeout=5))["type"] == "subscribed"
+    snap = await comm.receive_json_from(timeout=5)
     assert snap["type"] == "node.update" and snap["node"]["name"] == "gpu-1"
     await comm.disconnect()
 
@@ -154,7 +166,7 @@ async def test_the_aggregator_loop_pushes_a_published_sample(viewer):
     comm = await _socket("/ws/live/", viewer)
     assert (await comm.connect())[0]
     await comm.send_json_to({"action": "subscribe", "topic": "node", "id": v.id})
-    assert (await comm.receive_json_from())["type"] == "subscribed"
+    assert (await comm.receive_json_from(timeout=5))["type"] == "subscribed"
     stop = asyncio.Event()
     agg = Aggregator(tick_s=0.2)
     task = asyncio.create_task(agg.run(redis_url=settings.REDIS_URL, stop=stop))
