@@ -132,15 +132,6 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 REDIS_URL = env_str("REDIS_URL") or discover(DATA_DIR) or ""
 
 
-def require_redis_url() -> str:
-    if not REDIS_URL:
-        raise ImproperlyConfigured(
-            "REDIS_URL is not set and no embedded Redis is running: set REDIS_URL or start "
-            "Tandem with `make up`."
-        )
-    return REDIS_URL
-
-
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",

@@ -31,9 +31,10 @@ from collections.abc import Iterable
 
 import redis as redis_lib
 
-from fleet import redis_clients
 from fleet.nodes.signing import signing_key as signing_key  # re-exported for publishers
 from fleet.nodes.signing import token_key
+from fleet.redis_clients import client as client  # re-exported: telemetry's publishers
+from fleet.redis_clients import redis_url as redis_url
 from fleet.telemetry.samples import normalize
 
 STREAM = "tandem:telemetry"
@@ -55,14 +56,6 @@ def encode(node_id: int, sample: dict, *, key: str) -> dict[str, str]:
     """The stream entry for one sample: node id, canonical JSON body, signature."""
     body = json.dumps(normalize(sample), separators=(",", ":"), sort_keys=True)
     return {"node": str(int(node_id)), "body": body, "sig": sign(body, key)}
-
-
-def redis_url() -> str:
-    return redis_clients.redis_url()
-
-
-def client() -> redis_lib.Redis:
-    return redis_clients.client()
 
 
 def _key(node_id: int, token: str | None, key: str | None) -> str:
