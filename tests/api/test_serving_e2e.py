@@ -178,7 +178,8 @@ def _client_leaves(url, key, pipeline, nodes, workers):
     generation = Generation.objects.filter(pipeline=pipeline).order_by("-created_at").first()
     deadline = time.monotonic() + 20
     while (g := Generation.objects.get(pk=generation.pk)).state != "cancelled":
-        if g.state == "finished" and (g.finished_at - g.created_at).total_seconds() < 2:
+        done_at = g.finished_at
+        if g.state == "finished" and done_at and (done_at - g.created_at).total_seconds() < 2:
             break  # the tiny model outran the hang-up (200 tokens in ~1 s): nothing to cancel
         events = [e["type"] for _, e in wire.read_all(g.pk)]
         assert time.monotonic() < deadline, (
