@@ -291,6 +291,7 @@ class Simulator:
                             "num_accepted_tokens_per_pos": [int(v) for v in per_pos[j]]
                             if p.k
                             else [],
+                            "num_draft_tokens_per_pos": [drafts] * p.k,
                             "generation_tokens": int(n_rounds[j]) + int(accepted[j]),
                             "requests_finished": int(self.rng.poisson(rounds * batch / 200)),
                             "verify_batch_hist": {str(batch): steps},

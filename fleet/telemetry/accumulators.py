@@ -8,10 +8,13 @@ its nodes. `derive()` turns an accumulator into the figures on the screens:
 
 - acceptance rate            accepted / draft tokens            (not alpha)
 - mean acceptance length     1 + accepted / drafts              (vLLM's definition)
-- per-position acceptance    accepted at position i / drafts
+- per-position acceptance    p_i = a_i / d_i: accepted at position i over the drafts that
+                             HAD a position i (positions no draft had are left out, so a
+                             lowered k does not read as positions never accepted)
 - alpha (estimated)          ratio of consecutive positions, pooled:
-                             sum_i a_i / (drafts + sum_{i<K-1} a_i), with a_i the accepted
-                             count at position i (position -1 is "every draft")
+                             sum_i a_i / sum_i d_i * p_{i-1}  (p_{-1} = 1): the trials at
+                             position i are the drafts that had it and got through i-1.
+                             With one k throughout it is sum a_i / (drafts + sum_{i<K-1} a_i)
 - goodput                    generation tokens (accepted + bonus) per second
 - verify batch size          mean and histogram over verify steps
 - ITL / TTFT p50, p99        from the latency histograms (Prometheus-style interpolation)
@@ -52,12 +55,13 @@ SCALARS = (
 
 
 class Acc:
-    __slots__ = (*SCALARS, "per_pos", "ttft_hist", "itl_hist", "batch_hist")
+    __slots__ = (*SCALARS, "per_pos", "per_pos_drafts", "ttft_hist", "itl_hist", "batch_hist")
 
     def __init__(self) -> None:
         for name in SCALARS:
             setattr(self, name, 0.0)
-        self.per_pos: list[float] = []
+        self.per_pos: list[float] = []  # accepted at position i
+        self.per_pos_drafts: list[float] = []  # drafts that had a position i
         self.ttft_hist: list[float] = [0.0] * N_BUCKETS
         self.itl_hist: list[float] = [0.0] * N_BUCKETS
         self.batch_hist: dict[int, float] = {}
@@ -101,11 +105,8 @@ class Acc:
         self.kv_total_int += sign * s["kv_slots_total"] * dt
         self.ttft_sum += sign * s["ttft_sum"]
         self.itl_sum += sign * s["itl_sum"]
-        pos = s["num_accepted_tokens_per_pos"]
-        if len(pos) > len(self.per_pos):
-            self.per_pos.extend([0.0] * (len(pos) - len(self.per_pos)))
-        for i, v in enumerate(pos):
-            self.per_pos[i] += sign * v
+        _add_list(self.per_pos, s["num_accepted_tokens_per_pos"], sign)
+        _add_list(self.per_pos_drafts, s.get("num_draft_tokens_per_pos", ()), sign)
         if any(s["ttft_hist"]):
             for i, v in enumerate(s["ttft_hist"]):
                 if v:
@@ -118,10 +119,8 @@ class Acc:
     def add(self, other: Acc, scale: float = 1.0) -> None:
         """self += other * scale (the hot path of every tick: see _add_scalars)."""
         _add_scalars(self, other, scale)
-        if len(other.per_pos) > len(self.per_pos):
-            self.per_pos.extend([0.0] * (len(other.per_pos) - len(self.per_pos)))
-        for i, v in enumerate(other.per_pos):
-            self.per_pos[i] += scale * v
+        _add_list(self.per_pos, other.per_pos, scale)
+        _add_list(self.per_pos_drafts, other.per_pos_drafts, scale)
         if any(other.ttft_hist):
             self.ttft_hist = [
                 a + scale * b for a, b in zip(self.ttft_hist, other.ttft_hist, strict=True)
@@ -147,6 +146,14 @@ class Acc:
     @property
     def empty(self) -> bool:
         return self.n <= 0
+
+
+def _add_list(acc: list[float], values, scale: float) -> None:
+    if len(values) > len(acc):
+        acc.extend([0.0] * (len(values) - len(acc)))
+    for i, v in enumerate(values):
+        if v:
+            acc[i] += scale * v
 
 
 def _make_add_scalars():
@@ -181,12 +188,43 @@ def quantile(hist: list[float], q: float) -> float | None:
     return LATENCY_BUCKETS[-1]
 
 
-def estimate_alpha(drafts: float, per_pos: list[float]) -> float | None:
-    if drafts <= 0 or not per_pos:
+# Below this many drafts (a count, or a rate after `add_rates_of`) a position did not exist
+# in the window: what is left after subtracting expired samples is float residue.
+_NO_DRAFTS = 1e-9
+
+
+def positions(per_pos: list[float], per_pos_drafts: list[float]) -> list[tuple[float, float]]:
+    """(accepted a_i, drafts d_i) for the positions some draft had, in order: a position no
+    draft had ends the list (a draft of k tokens has positions 0..k-1, so none is skipped)."""
+    out = []
+    for i, d in enumerate(per_pos_drafts):
+        if d <= _NO_DRAFTS:
+            break
+        out.append((per_pos[i] if i < len(per_pos) else 0.0, d))
+    return out
+
+
+def per_position_acceptance(pos: list[tuple[float, float]]) -> list[float]:
+    """p_i = a_i / d_i: how often position i was accepted when a draft had it."""
+    return [min(a / d, 1.0) for a, d in pos]
+
+
+def estimate_alpha(pos: list[tuple[float, float]]) -> float | None:
+    """Pooled ratio of consecutive positions over the positions that existed: trials at
+    position i are the d_i drafts that had it times the rate p_{i-1} of getting through
+    position i-1 (p_{-1} = 1). With one k in the window this is the classic
+    sum a_i / (drafts + sum_{i<K-1} a_i); with a k change inside it, each position is judged
+    only by the drafts that had it (a lowered k does not pull alpha down)."""
+    if not pos:
         return None
-    numerator = sum(per_pos)
-    denominator = drafts + sum(per_pos[:-1])
-    return numerator / denominator if denominator > 0 else None
+    numerator = 0.0
+    denominator = 0.0
+    prev_rate = 1.0
+    for a, d in pos:
+        numerator += a
+        denominator += d * prev_rate
+        prev_rate = a / d
+    return min(numerator / denominator, 1.0) if denominator > 0 else None
 
 
 def _ratio(a: float, b: float, digits: int = 4) -> float | None:
@@ -223,8 +261,9 @@ def derive(acc: Acc, span_s: float) -> dict:
         else None
     )
     drafts = acc.drafts
-    per_pos = [round(v / drafts, 4) for v in acc.per_pos] if drafts > 0 else []
-    alpha = estimate_alpha(drafts, acc.per_pos)
+    pos = positions(acc.per_pos, acc.per_pos_drafts) if drafts > 0 else []
+    per_pos = [round(p, 4) for p in per_position_acceptance(pos)]
+    alpha = estimate_alpha(pos)
     return {
         "acceptance_rate": _ratio(acc.accepted, acc.draft_tokens),
         "mean_acceptance_length": round(1 + acc.accepted / drafts, 4) if drafts > 0 else None,

@@ -43,6 +43,7 @@ class NodeLive:
     last_arrival: float = 0.0
     dirty: bool = True
     stats: dict | None = None
+    last_measured: dict | None = None  # LastMeasured without age_s
 
 
 def _now_iso(ts: float) -> datetime:
@@ -71,6 +72,8 @@ class Aggregation:
         self._snapshot_cursor = 0
         self.tick_work_s = 0.0
         self.tick_work_max_s = 0.0
+        # last acceptance figures per pipeline / fleet class, kept when traffic stops
+        self.last_measured: dict[object, dict] = {}
 
     # --- ingest -------------------------------------------------------------------------------
     def set_registry(self, registry: Registry) -> None:
@@ -205,10 +208,14 @@ class Aggregation:
         changed: set[int] = set()
         states: Counter = Counter()
         simulated = 0
+        # the headline KPIs never mix classes: real and simulated nodes are summed apart
+        by_class = {False: Acc(), True: Acc()}
+        reporting: Counter = Counter()
         for nid, info in reg.nodes.items():
             state = self.nodes.get(nid)
             if state is not None and state.dirty:
                 state.stats = derive(state.live, state.live.dur) if not state.live.empty else None
+                state.last_measured = _remember(state.last_measured, state.stats, now)
                 state.dirty = False
                 changed.add(nid)
             row = self._row(info, state, now)
@@ -224,21 +231,37 @@ class Aggregation:
                     counts[pid][info.role] += 1
             if state is not None and not state.live.empty:
                 (pipe_accs[pid] if placed else unplaced).add_rates_of(state.live)
+                by_class[row["sim"]].add_rates_of(state.live)
+                reporting[row["sim"]] += 1
         fleet_acc = Acc()
         fleet_acc.add(unplaced)
         for acc in pipe_accs.values():
             fleet_acc.add(acc)
         fleet_stats = derive(fleet_acc, 1.0)
+        kpis = {
+            sim: self._kpis(
+                ("fleet", sim),
+                derive(by_class[sim], 1.0),
+                nodes=simulated if sim else len(rows) - simulated,
+                reporting=reporting[sim],
+                now=now,
+            )
+            for sim in (False, True)
+        }
         summaries: list[payloads.PipelineSummary] = []
         pipeline_msgs: dict[int, payloads.PipelineUpdate] = {}
+        for key in [k for k in self.last_measured if k[0] == "p" and k[1] not in reg.pipelines]:
+            del self.last_measured[key]  # a deleted pipeline
         for pid, pinfo in reg.pipelines.items():
+            pstats = derive(pipe_accs[pid], 1.0)
             summary: payloads.PipelineSummary = {
                 "id": pid,
                 "name": pinfo.name,
                 "simulated": pinfo.simulated,
                 "drafters": counts[pid]["draft"],
                 "verifiers": counts[pid]["verify"],
-                "stats": derive(pipe_accs[pid], 1.0),
+                "stats": pstats,
+                "last_measured": self._last(("p", pid), pstats, now),
             }
             summaries.append(summary)
             pipeline_msgs[pid] = {
@@ -263,6 +286,8 @@ class Aggregation:
             "ts": now,
             "newest_ts": self.newest_ts,
             "totals": totals,
+            "kpis": kpis[False],
+            "kpis_simulated": kpis[True],
             "stats": fleet_stats,
             "pipelines": summaries,
         }
@@ -316,10 +341,29 @@ class Aggregation:
             "newest_ts": self.newest_ts,
             "node": node_rows[nid],
             "stats": (state.stats if state else None) or {},
+            "last_measured": _aged(state.last_measured, now) if state else None,
         }
         if totals:
             message["totals"] = _totals(state) if state else None
         return message
+
+    def _last(self, key, stats: dict, now: float) -> payloads.LastMeasured | None:
+        self.last_measured[key] = remembered = _remember(self.last_measured.get(key), stats, now)
+        return _aged(remembered, now)
+
+    def _kpis(self, key, stats: dict, *, nodes: int, reporting: int, now: float) -> payloads.Kpis:
+        return {
+            "nodes": nodes,
+            "reporting": reporting,
+            "tokens_per_s": stats["tokens_per_s"],
+            "power_w": stats["power_w"],
+            "power_source": stats["power_source"],
+            "tokens_per_j": stats["tokens_per_j"],
+            "acceptance_rate": stats["acceptance_rate"],
+            "mean_acceptance_length": stats["mean_acceptance_length"],
+            "alpha": stats["alpha"],
+            "last_measured": self._last(key, stats, now),
+        }
 
     # --- rollups ------------------------------------------------------------------------------
     def close_buckets(self, now: float) -> list[dict]:
@@ -363,6 +407,26 @@ class Aggregation:
         return rows
 
 
+LAST_MEASURED_FIELDS = ("acceptance_rate", "alpha", "mean_acceptance_length")
+
+
+def _remember(last: dict | None, stats: dict | None, now: float) -> dict | None:
+    """The last acceptance figures measured: `stats`' when it has any, else `last` (kept)."""
+    if not stats or stats.get("acceptance_rate") is None:
+        return last
+    out = {name: stats.get(name) for name in LAST_MEASURED_FIELDS}
+    tps = stats.get("tokens_per_s")
+    out["tokens_per_s"] = tps if tps else (last or {}).get("tokens_per_s")
+    out["last_measured_at"] = now
+    return out
+
+
+def _aged(last: dict | None, now: float) -> payloads.LastMeasured | None:
+    if last is None:
+        return None
+    return {**last, "age_s": round(max(now - last["last_measured_at"], 0.0), 1)}  # type: ignore[typeddict-item]
+
+
 def _text(value) -> str:
     if isinstance(value, bytes):
         return value.decode()
@@ -379,6 +443,7 @@ def _totals(state: NodeLive) -> dict:
         "num_draft_tokens": t.draft_tokens,
         "num_accepted_tokens": t.accepted,
         "num_accepted_tokens_per_pos": t.per_pos,
+        "num_draft_tokens_per_pos": t.per_pos_drafts,
         "generation_tokens": t.gen_tokens,
         "ttft_hist": t.ttft_hist,
         "ttft_sum": t.ttft_sum,

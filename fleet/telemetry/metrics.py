@@ -7,7 +7,9 @@ Names follow what operators already know: vLLM's spec-decode counters under `tan
 and DCGM-like per-node power and energy (`tandem:node_power_usage_watts`,
 `tandem:node_total_energy_consumption_joules`) with `source="measured|modeled"`.
 Counters are the aggregator's running totals since it started (a restart is a counter reset,
-which Prometheus' rate() handles). Labels: pipeline, node, role.
+which Prometheus' rate() handles). Labels: pipeline, node, role, and `simulated="true|false"`
+on every per-node, per-pipeline and fleet series (the simulator's nodes are never summed
+with real ones by a query that filters on it; the fleet gauges come one per class).
 
 Access:
 - `Authorization: Bearer <TANDEM_METRICS_TOKEN>` when that environment variable is set, or
@@ -49,6 +51,10 @@ def _source(power_source: str | None) -> tuple[str, str]:
     return "modeled", "profile"
 
 
+def _flag(value) -> str:
+    return "true" if value else "false"
+
+
 def _cumulative(counts: list[float]) -> list[tuple[str, float]]:
     out, running = [], 0.0
     for bound, count in zip(LATENCY_BUCKETS, counts, strict=False):
@@ -69,7 +75,7 @@ class SnapshotCollector:
         fleet = snap.get("fleet") or {}
         for summary in fleet.get("pipelines", []):
             pipelines[summary["id"]] = summary
-        labels = ["pipeline", "node", "role"]
+        labels = ["pipeline", "node", "role", "simulated"]
         c = {
             name: CounterMetricFamily(P + name, doc, labels=labels)
             for name, doc in (
@@ -82,6 +88,11 @@ class SnapshotCollector:
         per_pos = CounterMetricFamily(
             P + "spec_decode_num_accepted_tokens_per_pos",
             "Accepted draft tokens by draft position.",
+            labels=[*labels, "position"],
+        )
+        per_pos_drafts = CounterMetricFamily(
+            P + "spec_decode_num_draft_tokens_per_pos",
+            "Drafts that had a draft position (accepted / drafted at a position: its rate).",
             labels=[*labels, "position"],
         )
         ttft = HistogramMetricFamily(
@@ -107,25 +118,30 @@ class SnapshotCollector:
             P + "node_utilization_ratio", "Device utilization 0..1.", labels=labels
         )
         state = GaugeMetricFamily(
-            P + "node_state", "1 for the node's current state.", labels=["node", "state"]
+            P + "node_state",
+            "1 for the node's current state.",
+            labels=["node", "state", "simulated"],
         )
         for key, entry in snap.items():
             if not key.startswith("n:"):
                 continue
             row = entry.get("node") or {}
             name = row.get("name", key[2:])
-            state.add_metric([name, row.get("state", "")], 1.0)
+            sim = _flag(row.get("sim"))
+            state.add_metric([name, row.get("state", ""), sim], 1.0)
             totals = entry.get("totals")
             if not totals:
                 continue
             pipe = pipelines.get(row.get("pipeline"), {}).get("name", "")
-            lv = [pipe, name, row.get("role") or ""]
+            lv = [pipe, name, row.get("role") or "", sim]
             c["spec_decode_num_drafts"].add_metric(lv, totals["num_drafts"])
             c["spec_decode_num_draft_tokens"].add_metric(lv, totals["num_draft_tokens"])
             c["spec_decode_num_accepted_tokens"].add_metric(lv, totals["num_accepted_tokens"])
             c["generation_tokens"].add_metric(lv, totals["generation_tokens"])
             for position, value in enumerate(totals["num_accepted_tokens_per_pos"]):
                 per_pos.add_metric([*lv, str(position)], value)
+            for position, value in enumerate(totals.get("num_draft_tokens_per_pos") or ()):
+                per_pos_drafts.add_metric([*lv, str(position)], value)
             ttft.add_metric(lv, _cumulative(totals["ttft_hist"]), totals["ttft_sum"])
             itl.add_metric(lv, _cumulative(totals["itl_hist"]), totals["itl_sum"])
             source, sensor = _source(totals.get("power_source"))
@@ -138,13 +154,24 @@ class SnapshotCollector:
             energy.add_metric([*lv, source, sensor, "draft"], totals["energy_draft_j"])
             energy.add_metric([*lv, source, sensor, "verify"], totals["energy_verify_j"])
         yield from c.values()
-        yield from (per_pos, ttft, itl, running, waiting, power, energy, util, state)
+        yield from (
+            per_pos,
+            per_pos_drafts,
+            ttft,
+            itl,
+            running,
+            waiting,
+            power,
+            energy,
+            util,
+            state,
+        )
         yield from self._pipelines(pipelines.values())
         yield from self._fleet(fleet, snap.get("meta") or {})
 
     def _pipelines(self, summaries):
         gauges = {
-            field: GaugeMetricFamily(P + "pipeline_" + field, doc, labels=["pipeline"])
+            field: GaugeMetricFamily(P + "pipeline_" + field, doc, labels=["pipeline", "simulated"])
             for field, doc in (
                 ("acceptance_rate", "Accepted / drafted tokens (live window)."),
                 ("mean_acceptance_length", "1 + accepted / drafts (live window)."),
@@ -159,18 +186,26 @@ class SnapshotCollector:
             for field, gauge in gauges.items():
                 value = s["stats"].get(field)
                 if value is not None:
-                    gauge.add_metric([s["name"]], value)
+                    gauge.add_metric([s["name"], _flag(s.get("simulated"))], value)
         yield from gauges.values()
 
     def _fleet(self, fleet: dict, meta: dict):
         totals = fleet.get("totals") or {}
-        power = GaugeMetricFamily(P + "fleet_power_watts", "Fleet power.", labels=["source"])
-        if totals.get("power_w") is not None:
-            power.add_metric([totals.get("power_source") or "modeled"], totals["power_w"])
+        power = GaugeMetricFamily(
+            P + "fleet_power_watts", "Fleet power.", labels=["source", "simulated"]
+        )
+        tps = GaugeMetricFamily(
+            P + "fleet_tokens_per_second", "Fleet goodput.", labels=["simulated"]
+        )
+        for sim, kpis in ((False, fleet.get("kpis")), (True, fleet.get("kpis_simulated"))):
+            kpis = kpis or {}
+            if kpis.get("power_w") is not None:
+                power.add_metric(
+                    [kpis.get("power_source") or "modeled", _flag(sim)], kpis["power_w"]
+                )
+            if kpis.get("tokens_per_s") is not None:
+                tps.add_metric([_flag(sim)], kpis["tokens_per_s"])
         yield power
-        tps = GaugeMetricFamily(P + "fleet_tokens_per_second", "Fleet goodput.")
-        if totals.get("tokens_per_s") is not None:
-            tps.add_metric([], totals["tokens_per_s"])
         yield tps
         nodes = GaugeMetricFamily(P + "fleet_nodes", "Nodes by state.", labels=["state"])
         for name, count in (totals.get("states") or {}).items():

@@ -38,6 +38,18 @@ class NodeRow(TypedDict):
     seen_s: float | None  # seconds since its last sample
 
 
+class LastMeasured(TypedDict, total=False):
+    """The last acceptance figures measured, kept when traffic stops (the live window then has
+    none): shown as "last measured N s ago" instead of "—"."""
+
+    acceptance_rate: float | None
+    alpha: float | None
+    mean_acceptance_length: float | None
+    tokens_per_s: float | None  # goodput when it was last seen above 0
+    last_measured_at: float  # unix seconds
+    age_s: float  # seconds before this message was built
+
+
 class PipelineSummary(TypedDict):
     id: int
     name: str
@@ -45,9 +57,28 @@ class PipelineSummary(TypedDict):
     drafters: int
     verifiers: int
     stats: dict  # fleet.telemetry.accumulators.derive()
+    last_measured: LastMeasured | None
+
+
+class Kpis(TypedDict):
+    """Headline figures of one class of nodes: real ones (`kpis`) or simulated ones
+    (`kpis_simulated`), never the two mixed."""
+
+    nodes: int
+    reporting: int  # nodes with samples in the live window
+    tokens_per_s: float | None
+    power_w: float | None
+    power_source: str | None
+    tokens_per_j: float | None
+    acceptance_rate: float | None
+    mean_acceptance_length: float | None
+    alpha: float | None
+    last_measured: LastMeasured | None
 
 
 class FleetTotals(TypedDict):
+    """Node counts, and figures over ALL nodes, real and simulated (headlines use `kpis`)."""
+
     nodes: int
     states: dict[str, int]
     power_w: float | None
@@ -62,7 +93,9 @@ class FleetUpdate(TypedDict):
     ts: float  # when the aggregator built it
     newest_ts: float | None  # newest sample it includes (lag = receive time - newest_ts)
     totals: FleetTotals
-    stats: dict
+    kpis: Kpis  # the headline: real nodes only
+    kpis_simulated: Kpis  # simulated nodes only, shown apart and labelled
+    stats: dict  # derive() over all nodes
     pipelines: list[PipelineSummary]
     nodes: NotRequired[list[NodeRow]]  # absent in the wall's summary
 
@@ -82,6 +115,7 @@ class NodeUpdate(TypedDict):
     newest_ts: float | None
     node: NodeRow
     stats: dict
+    last_measured: NotRequired[LastMeasured | None]
 
 
 class Subscribed(TypedDict):

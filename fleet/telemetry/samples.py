@@ -24,6 +24,12 @@ Keys (all optional except `ts`; missing numbers are zero):
     num_draft_tokens             int   draft tokens proposed
     num_accepted_tokens          int   draft tokens accepted
     num_accepted_tokens_per_pos  [int] accepted tokens at draft position 0, 1, ...
+    num_draft_tokens_per_pos     [int] drafts that HAD a position 0, 1, ... (a draft of k tokens
+                                 counts at positions 0..k-1). Optional for older agents: when
+                                 absent, every draft is taken to have had positions
+                                 0..ceil(num_draft_tokens / num_drafts)-1. Without it a
+                                 position that no longer exists (k lowered) would read as
+                                 drafted and never accepted.
     generation_tokens            int   tokens delivered (accepted + bonus)
     requests_finished            int
     verify_batch_hist            {"<batch size>": <verify steps>}
@@ -131,6 +137,27 @@ def _hist(value, key: str) -> list[int]:
     return out
 
 
+def _drafts_per_pos(sample: dict, out: dict) -> list[int]:
+    """How many drafts had each position: given, or (older agents) every draft up to the mean
+    draft length (or the last position with an acceptance). An accepted count above its
+    position's drafts is impossible."""
+    accepted = out["num_accepted_tokens_per_pos"]
+    given = sample.get("num_draft_tokens_per_pos")
+    if given is None:
+        drafts = out["num_drafts"]
+        width = math.ceil(out["num_draft_tokens"] / drafts) if drafts else 0
+        reached = max((i + 1 for i, a in enumerate(accepted) if a), default=0)
+        return [drafts] * min(max(width, reached), MAX_POSITIONS)
+    if not isinstance(given, list) or len(given) > MAX_POSITIONS:
+        raise InvalidSample(f"num_draft_tokens_per_pos must be a list of <= {MAX_POSITIONS}")
+    if any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in given):
+        raise InvalidSample("num_draft_tokens_per_pos must hold integers >= 0")
+    for i, a in enumerate(accepted):
+        if a > (given[i] if i < len(given) else 0):
+            raise InvalidSample("accepted tokens at a position exceed the drafts that had it")
+    return list(given)
+
+
 def normalize(sample: dict) -> dict:
     """A validated, canonical copy of `sample` (raises InvalidSample). Unknown keys dropped."""
     if not isinstance(sample, dict):
@@ -164,6 +191,7 @@ def normalize(sample: dict) -> dict:
     if any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in per_pos):
         raise InvalidSample("num_accepted_tokens_per_pos must hold integers >= 0")
     out["num_accepted_tokens_per_pos"] = list(per_pos)
+    out["num_draft_tokens_per_pos"] = _drafts_per_pos(sample, out)
     hist = sample.get("verify_batch_hist") or {}
     if not isinstance(hist, dict):
         raise InvalidSample("verify_batch_hist must map batch size to steps")

@@ -195,6 +195,11 @@ class Agent:
                 "num_accepted_tokens_per_pos": d(
                     "per_pos", list(counters.num_accepted_tokens_per_pos)
                 )[:32],
+                # which positions existed this interval: after k is lowered the lists keep
+                # their old width, the positions beyond k with 0 drafts (not 0 accepted)
+                "num_draft_tokens_per_pos": d(
+                    "draft_per_pos", list(counters.num_draft_tokens_per_pos)
+                )[:32],
                 "generation_tokens": d("emitted", counters.num_emitted_tokens),
                 "requests_finished": d("finished", stats["finished"]),
                 "verify_batch_hist": steps_hist,

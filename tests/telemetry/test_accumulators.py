@@ -26,9 +26,71 @@ def test_derive_one_verifier_second():
 def test_alpha_from_consecutive_positions():
     # geometric acceptance with alpha 0.8: position i accepted with 0.8**(i+1)
     drafts = 10_000
-    per_pos = [drafts * 0.8 ** (i + 1) for i in range(5)]
-    assert estimate_alpha(drafts, per_pos) == pytest.approx(0.8)
-    assert estimate_alpha(0, []) is None
+    pos = [(drafts * 0.8 ** (i + 1), drafts) for i in range(5)]
+    assert estimate_alpha(pos) == pytest.approx(0.8)
+    assert estimate_alpha([]) is None
+
+
+def _k_sample(ts: float, *, k: int, alpha: float, drafts: int = 1000, width: int = 4) -> dict:
+    """One second of a verifier drafting k tokens with geometric acceptance `alpha`, as the
+    worker's agent reports it: its per-position lists keep the width of the largest k it ever
+    ran (the engine's counters only grow), so positions >= k read 0."""
+    accepted = [round(drafts * alpha ** (i + 1)) if i < k else 0 for i in range(width)]
+    return normalize(
+        verify_sample(
+            ts=ts,
+            num_drafts=drafts,
+            num_draft_tokens=drafts * k,
+            num_accepted_tokens=sum(accepted),
+            num_accepted_tokens_per_pos=accepted,
+            num_draft_tokens_per_pos=[drafts if i < k else 0 for i in range(width)],
+            generation_tokens=drafts + sum(accepted),
+        )
+    )
+
+
+def test_alpha_does_not_drop_when_k_is_lowered():
+    """A live window at k=4 (alpha 0.80), then the window after k was lowered to 2 (alpha
+    0.85): acceptance rises, so must alpha. Positions 2 and 3 no longer exist at k=2; they
+    must not count as drafted-and-rejected."""
+    acc = Acc()
+    k4 = [_k_sample(t, k=4, alpha=0.80) for t in range(5)]
+    for s in k4:
+        acc.add_sample(s)
+    before = derive(acc, acc.dur)
+    assert before["alpha"] == pytest.approx(0.80, abs=0.005)
+    k2 = [_k_sample(5 + t, k=2, alpha=0.85) for t in range(5)]
+    for old, new in zip(k4, k2, strict=True):  # the window slides from k=4 to k=2
+        acc.add_sample(new)
+        acc.add_sample(old, sign=-1)
+        mixed = derive(acc, acc.dur)
+        assert mixed["alpha"] >= before["alpha"] - 0.005  # never walks down on the way
+    after = derive(acc, acc.dur)
+    assert after["acceptance_rate"] > before["acceptance_rate"]
+    assert after["alpha"] == pytest.approx(0.85, abs=0.005)
+    assert after["alpha"] > before["alpha"]
+    assert len(after["per_position_acceptance"]) == 2  # only the positions that existed
+    assert after["per_position_acceptance"][0] == pytest.approx(0.85, abs=0.001)
+
+
+def test_mixed_window_judges_each_position_by_the_drafts_that_had_it():
+    acc = Acc()
+    acc.add_sample(_k_sample(0, k=4, alpha=0.8, drafts=600))
+    acc.add_sample(_k_sample(1, k=2, alpha=0.8, drafts=400))
+    d = derive(acc, acc.dur)
+    assert d["alpha"] == pytest.approx(0.8, abs=0.005)
+    assert d["per_position_acceptance"] == pytest.approx([0.8, 0.64, 0.512, 0.41], abs=0.002)
+
+
+def test_samples_without_draft_counts_use_the_mean_draft_length():
+    legacy = normalize(verify_sample(ts=1.0))  # 10 drafts, 40 draft tokens: k = 4
+    assert legacy["num_draft_tokens_per_pos"] == [10, 10, 10, 10]
+    short = normalize(
+        verify_sample(ts=1.0, num_draft_tokens=20, num_accepted_tokens_per_pos=[8, 6, 0, 0])
+    )
+    assert short["num_draft_tokens_per_pos"] == [10, 10]
+    with pytest.raises(InvalidSample):  # accepted where no draft had the position
+        normalize(verify_sample(ts=1.0, num_draft_tokens_per_pos=[10, 10]))
 
 
 def test_window_subtracts_exactly_and_sources_mix():

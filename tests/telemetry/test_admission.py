@@ -88,7 +88,7 @@ def test_replays_time_shifts_and_impossible_counters_are_dropped_and_counted(set
         assert metrics_after[("tandem:telemetry_samples_dropped_total", (("reason", reason),))] == (
             count
         )
-    labels = (("node", "gpu-1"), ("pipeline", "chat"), ("role", "verify"))
+    labels = (("node", "gpu-1"), ("pipeline", "chat"), ("role", "verify"), ("simulated", "false"))
     for name in ("tandem:spec_decode_num_drafts_total", "tandem:generation_tokens_total"):
         assert metrics_after[(name, labels)] == metrics_before[(name, labels)]
 

@@ -1,0 +1,126 @@
+"""Headline figures: real nodes apart from simulated ones (issue 14: 63.1k tok/s and 8.2 kW
+while the real pipeline was at 0), the `simulated` label on /metrics, and the last measured
+acceptance kept after traffic stops instead of "—"."""
+
+import pytest
+from django.test import Client
+from prometheus_client.parser import text_string_to_metric_families
+
+from fleet.telemetry.aggregator import Aggregator
+from fleet.telemetry.ingest import client, encode
+from fleet.telemetry.registry import load_registry
+from fleet.telemetry.snapshot import LIVE_KEY
+from tests.telemetry import factories as f
+
+pytestmark = pytest.mark.django_db
+
+NOW = 1000.0
+
+
+@pytest.fixture
+def mixed_fleet():
+    """A real pipeline (idle: its verifier reports power, no tokens) and a simulated one
+    (busy: 34 tok/s, 300 W + 100 W)."""
+    real_p = f.pipeline(name="real")
+    sim_p = f.pipeline(name="sim")
+    sim_p.simulated = True
+    sim_p.save(update_fields=["simulated"])
+    real_v, real_vt = f.node(name="gpu-real")
+    sim_v, sim_vt = f.node(name="gpu-sim", simulated=True)
+    sim_d, sim_dt = f.node(name="sram-sim", simulated=True)
+    f.place(real_v, real_p, "verify")
+    f.place(sim_v, sim_p, "verify")
+    f.place(sim_d, sim_p, "draft")
+    agg = Aggregator(clock=lambda: NOW)
+    agg.set_registry(load_registry())
+    idle = dict(
+        num_drafts=0,
+        num_draft_tokens=0,
+        num_accepted_tokens=0,
+        num_accepted_tokens_per_pos=[],
+        generation_tokens=0,
+        verify_batch_hist={},
+        itl_s=[],
+        power_w=120.0,
+    )
+    for i in range(3):
+        t = NOW + i
+        agg.ingest_entry(
+            encode(real_v.id, f.verify_sample(ts=t, **idle), key=f.key_of(real_v.id, real_vt)),
+            now=t,
+        )
+        agg.ingest_entry(
+            encode(sim_v.id, f.verify_sample(ts=t), key=f.key_of(sim_v.id, sim_vt)), now=t
+        )
+        agg.ingest_entry(
+            encode(sim_d.id, f.draft_sample(ts=t), key=f.key_of(sim_d.id, sim_dt)), now=t
+        )
+    return agg
+
+
+def test_headline_kpis_are_real_nodes_only(mixed_fleet):
+    msg = mixed_fleet.build(NOW + 2.5)["fleet"]
+    real, sim = msg["kpis"], msg["kpis_simulated"]
+    assert real["nodes"] == 1 and real["reporting"] == 1
+    assert real["power_w"] == pytest.approx(120)
+    assert real["tokens_per_s"] == 0 and real["acceptance_rate"] is None
+    assert sim["nodes"] == 2 and sim["reporting"] == 2
+    assert sim["tokens_per_s"] == pytest.approx(34)
+    assert sim["power_w"] == pytest.approx(400)
+    assert sim["acceptance_rate"] == pytest.approx(0.6)
+    assert msg["totals"]["simulated_nodes"] == 2  # the all-nodes totals are still there
+    wall = mixed_fleet.build(NOW + 2.6)["wall"]
+    assert wall["kpis"]["power_w"] == pytest.approx(120)  # the wall gets the same split
+
+
+def _metrics() -> dict:
+    out: dict = {}
+    text = Client(REMOTE_ADDR="127.0.0.1").get("/metrics").content.decode()
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out.setdefault(s.name, []).append(s)
+    return out
+
+
+def test_metrics_label_simulated_series(settings, mixed_fleet):
+    settings.METRICS_TOKEN = ""
+    client().hset(LIVE_KEY, mapping=mixed_fleet.build(NOW + 2.5)["snapshot"])
+    s = _metrics()
+    power = {x.labels["node"]: x.labels["simulated"] for x in s["tandem:node_power_usage_watts"]}
+    assert power == {"gpu-real": "false", "gpu-sim": "true", "sram-sim": "true"}
+    drafts = s["tandem:spec_decode_num_drafts_total"]
+    assert {x.labels["node"]: x.labels["simulated"] for x in drafts}["gpu-sim"] == "true"
+    pipes = {x.labels["pipeline"]: x.labels["simulated"] for x in s["tandem:pipeline_tokens_per_s"]}
+    assert pipes == {"real": "false", "sim": "true"}
+    fleet_power = {x.labels["simulated"]: x.value for x in s["tandem:fleet_power_watts"]}
+    assert fleet_power == {"false": pytest.approx(120), "true": pytest.approx(400)}
+    fleet_tps = {x.labels["simulated"]: x.value for x in s["tandem:fleet_tokens_per_second"]}
+    assert fleet_tps["true"] == pytest.approx(34) and fleet_tps["false"] == 0
+    per_pos = s["tandem:spec_decode_num_draft_tokens_per_pos_total"]
+    assert {x.labels["position"]: x.value for x in per_pos if x.labels["node"] == "gpu-sim"} == {
+        "0": 30,
+        "1": 30,
+        "2": 30,
+        "3": 30,
+    }
+
+
+def test_last_measured_acceptance_outlives_the_live_window(mixed_fleet):
+    live = mixed_fleet.build(NOW + 2.5)
+    sim_pipe = next(p for p in live["fleet"]["pipelines"] if p["name"] == "sim")
+    assert sim_pipe["stats"]["acceptance_rate"] == pytest.approx(0.6)
+    later = mixed_fleet.build(NOW + 40)  # traffic stopped: the window is empty
+    sim_pipe = next(p for p in later["fleet"]["pipelines"] if p["name"] == "sim")
+    assert sim_pipe["stats"]["acceptance_rate"] is None
+    last = sim_pipe["last_measured"]
+    assert last["acceptance_rate"] == pytest.approx(0.6)
+    assert last["mean_acceptance_length"] == pytest.approx(3.4)
+    assert last["alpha"] is not None and last["tokens_per_s"] == pytest.approx(34)
+    assert last["last_measured_at"] == NOW + 2.5 and last["age_s"] == 37.5
+    assert later["fleet"]["kpis_simulated"]["last_measured"]["acceptance_rate"] == pytest.approx(
+        0.6
+    )
+    assert later["fleet"]["kpis"]["last_measured"] is None  # the real pipeline never drafted
+    node_id = next(r["id"] for r in later["fleet"]["nodes"] if r["name"] == "gpu-sim")
+    node_msg = mixed_fleet.node_message(node_id, later["node_rows"], NOW + 40)
+    assert node_msg["stats"] == {} and node_msg["last_measured"]["acceptance_rate"] == 0.6
