@@ -121,14 +121,16 @@ def measured_from_rollups(rows: list[dict], *, default_k: int = 4) -> dict:
     out: dict = {"samples": len(rows)}
     if batches:
         out["batch_mean"] = sum(batches) / len(batches)
-    if alphas:
+    if alphas:  # each row's alpha is derive()'s: only the positions its drafts had
         out["alpha"] = sum(alphas) / len(alphas)
     if per_pos_rows:
-        width = min(len(r) for r in per_pos_rows)
-        if width:
-            out["per_position"] = tuple(
-                sum(r[i] for r in per_pos_rows) / len(per_pos_rows) for i in range(width)
-            )
+        # position i from the buckets whose drafts had it (after k is lowered, the newer
+        # buckets are shorter: they say nothing about the positions they lack)
+        width = max(len(r) for r in per_pos_rows)
+        out["per_position"] = tuple(
+            sum(have := [r[i] for r in per_pos_rows if len(r) > i]) / len(have)
+            for i in range(width)
+        )
     for key, pts in (("verify_curve", verify_pts), ("draft_curve", draft_pts)):
         if len(pts) >= MIN_FIT_POINTS and len({round(n, 1) for n, _ in pts}) >= 2:
             out[key] = fit_linear(pts)

@@ -83,3 +83,71 @@ def test_measured_reads_the_pipelines_rollups(pipeline):
     assert m["alpha"] == pytest.approx(0.6) and m["samples"] == 3
     model = measurements.pipeline_model(pipeline, measured_inputs=m)
     assert model.alpha == pytest.approx(0.6) and model.n_verifiers == 1 and model.n_drafters == 1
+
+
+def _agent_sample(ts: float, *, k: int, alpha: float, drafts: int = 400) -> dict:
+    """One second of a verifier as the worker's agent reports it after running k=4 once:
+    the per-position lists keep width 4 (the engine's counters only grow), positions >= k
+    have 0 accepted AND 0 drafts."""
+    from tests.telemetry.factories import verify_sample
+
+    accepted = [round(drafts * alpha ** (i + 1)) if i < k else 0 for i in range(4)]
+    return verify_sample(
+        ts=ts,
+        num_drafts=drafts,
+        num_draft_tokens=drafts * k,
+        num_accepted_tokens=sum(accepted),
+        num_accepted_tokens_per_pos=accepted,
+        num_draft_tokens_per_pos=[drafts if i < k else 0 for i in range(4)],
+        generation_tokens=drafts + sum(accepted),
+    )
+
+
+def test_recommended_k_does_not_walk_down_after_k_is_lowered():
+    """Issue 14: at k=2 the measured alpha fell (0.899 -> 0.821) while acceptance rose, and
+    the recommended k fell with it: in auto mode this walks k down. Real samples through the
+    aggregator's rollups into the planner: after an operator lowers k 4 -> 2 and acceptance
+    per position rises, the measured alpha must not fall, nor the recommended k."""
+    import math
+    import time
+
+    from fleet.pipelines.policy import k_for
+    from fleet.planner import services
+    from fleet.telemetry import rollups
+    from fleet.telemetry.aggregation import Aggregation
+    from fleet.telemetry.ingest import encode
+    from fleet.telemetry.registry import load_registry
+    from tests.telemetry import factories as f
+
+    pipeline = f.pipeline(name="k-walk")
+    v, v_token = f.node(name="gpu-k")
+    d, d_token = f.node(name="sram-k")
+    f.place(v, pipeline, "verify")
+    f.place(d, pipeline, "draft")
+    t0 = math.floor(time.time() / 10) * 10 - 300
+    agg = Aggregation(clock=lambda: t0)
+    agg.set_registry(load_registry())
+
+    def run(start: float, seconds: int, *, k: int, alpha: float) -> None:
+        rows = []
+        for i in range(seconds):
+            now = start + i + 0.5
+            vs = _agent_sample(now, k=k, alpha=alpha)
+            agg.ingest_entry(encode(v.id, vs, key=f.key_of(v.id, v_token)), now=now)
+            ds = f.draft_sample(ts=now)
+            agg.ingest_entry(encode(d.id, ds, key=f.key_of(d.id, d_token)), now=now)
+            rows += agg.close_buckets(now)
+        rollups.write(rows)
+
+    def recommended() -> tuple[float, int]:
+        rec = services.recommendation(pipeline=pipeline)
+        batch = rec["inputs"]["batch"]
+        return rec["inputs"]["alpha"], k_for(rec["k_policy"]["k_policy"], batch)
+
+    run(t0, 120, k=4, alpha=0.80)
+    alpha_k4, k_rec_k4 = recommended()
+    assert alpha_k4 == pytest.approx(0.80, abs=0.01)
+    run(t0 + 120, 120, k=2, alpha=0.85)  # the operator lowered k; acceptance rose
+    alpha_k2, k_rec_k2 = recommended()
+    assert alpha_k2 >= alpha_k4
+    assert k_rec_k2 >= k_rec_k4
