@@ -73,7 +73,7 @@ class Aggregation:
         self.tick_work_s = 0.0
         self.tick_work_max_s = 0.0
         # last acceptance figures per pipeline / fleet class, kept when traffic stops
-        self.last_measured: dict[object, dict] = {}
+        self.last_measured: dict[tuple, dict | None] = {}
 
     # --- ingest -------------------------------------------------------------------------------
     def set_registry(self, registry: Registry) -> None:
@@ -359,6 +359,8 @@ class Aggregation:
             "power_w": stats["power_w"],
             "power_source": stats["power_source"],
             "tokens_per_j": stats["tokens_per_j"],
+            "tokens_per_j_draft": stats["tokens_per_j_draft"],
+            "tokens_per_j_verify": stats["tokens_per_j_verify"],
             "acceptance_rate": stats["acceptance_rate"],
             "mean_acceptance_length": stats["mean_acceptance_length"],
             "alpha": stats["alpha"],
@@ -424,7 +426,8 @@ def _remember(last: dict | None, stats: dict | None, now: float) -> dict | None:
 def _aged(last: dict | None, now: float) -> payloads.LastMeasured | None:
     if last is None:
         return None
-    return {**last, "age_s": round(max(now - last["last_measured_at"], 0.0), 1)}  # type: ignore[typeddict-item]
+    age = round(max(now - last["last_measured_at"], 0.0), 1)
+    return {**last, "age_s": age}
 
 
 def _text(value) -> str:

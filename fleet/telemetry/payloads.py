@@ -70,6 +70,8 @@ class Kpis(TypedDict):
     power_w: float | None
     power_source: str | None
     tokens_per_j: float | None
+    tokens_per_j_draft: float | None
+    tokens_per_j_verify: float | None
     acceptance_rate: float | None
     mean_acceptance_length: float | None
     alpha: float | None

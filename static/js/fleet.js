@@ -97,6 +97,7 @@
   }
   form.addEventListener("input", function () {
     apply();
+    kpis(lastKpis);
     var params = new URLSearchParams();
     var f = new FormData(form);
     f.forEach(function (v, k) {
@@ -105,18 +106,41 @@
     history.replaceState(null, "", location.pathname + (params.toString() ? "?" + params : ""));
   });
 
+  /* The headline KPIs: real nodes (simulated ones beside them, labelled), or one class
+     when the Real/Simulated filter asks for it. An acceptance figure that has no traffic
+     now shows the last one measured and its age. */
+  var lastKpis = null;
+  function ago(s) {
+    s = Math.round(s || 0);
+    return s < 120 ? s + " s ago" : s < 7200 ? Math.round(s / 60) + " min ago" : Math.round(s / 3600) + " h ago";
+  }
+  function kpis(msg) {
+    if (!msg) return;
+    var sim = filters().sim;
+    var k = (sim === "sim" ? msg.kpis_simulated : msg.kpis) || {};
+    var other = sim ? {} : msg.kpis_simulated || {};
+    var last = k.acceptance_rate == null ? k.last_measured : null;
+    var root = document.getElementById("totals");
+    var simPill = '<span class="pill pill-simulated">simulated</span> ';
+    T.setHTML(root, '[data-k="scope"]', sim === "sim" ? simPill + "nodes" : "real nodes");
+    T.setText(root, '[data-k="power"]', T.watts(k.power_w));
+    T.setHTML(root, '[data-k="power_src"]', T.sourcePill(k.power_source) + (other.nodes ? " " + simPill + T.watts(other.power_w) : ""));
+    T.setHTML(root, '[data-k="tpj_src"]', T.sourcePill(k.power_source));
+    T.setText(root, '[data-k="tps"]', T.fmt(k.tokens_per_s, 0));
+    T.setHTML(root, '[data-k="tps_sim"]', other.nodes ? simPill + T.fmt(other.tokens_per_s, 0) + " tok/s not included" : "accepted + bonus tokens");
+    T.setText(root, '[data-k="tpj"]', T.fmt(k.tokens_per_j, 3));
+    T.setText(root, '[data-k="acc"]', T.pct(last ? last.acceptance_rate : k.acceptance_rate));
+    T.setText(root, '[data-k="mal"]', T.fmt(last ? last.mean_acceptance_length : k.mean_acceptance_length, 2));
+    T.setHTML(root, '[data-k="acc_last"]', last ? '<span class="dim small">last measured ' + ago(last.age_s) + "</span>" : "");
+  }
+
   function onFleet(msg) {
     var totals = msg.totals || {};
     var root = document.getElementById("totals");
     T.setText(root, '[data-k="nodes"]', String(totals.nodes || 0));
     T.setHTML(root, '[data-k="states"]', stateBadges(totals.states));
-    T.setText(root, '[data-k="power"]', T.watts(totals.power_w));
-    T.setHTML(root, '[data-k="power_src"]', T.sourcePill(totals.power_source));
-    T.setHTML(root, '[data-k="tpj_src"]', T.sourcePill(totals.power_source));
-    T.setText(root, '[data-k="tps"]', T.fmt(totals.tokens_per_s, 0));
-    T.setText(root, '[data-k="tpj"]', T.fmt(totals.tokens_per_j, 3));
-    T.setText(root, '[data-k="acc"]', T.pct(msg.stats && msg.stats.acceptance_rate));
-    T.setText(root, '[data-k="mal"]', T.fmt(msg.stats && msg.stats.mean_acceptance_length, 2));
+    lastKpis = msg;
+    kpis(msg);
     T.setText(root, '[data-k="sim"]', String(totals.simulated_nodes || 0));
     (msg.pipelines || []).forEach(function (p) {
       pipelineNames[p.id] = p.name;

@@ -21,16 +21,31 @@
     return tr;
   }
 
+  /* An acceptance figure now, else the last one measured (traffic stopped) and its age. */
+  function ago(s) {
+    s = Math.round(s || 0);
+    return s < 120 ? s + " s ago" : s < 7200 ? Math.round(s / 60) + " min ago" : Math.round(s / 3600) + " h ago";
+  }
+  function lastOr(k, name) {
+    return k[name] != null ? k[name] : (k.last_measured || {})[name];
+  }
+  function lastNote(k) {
+    var l = k.last_measured;
+    return k.acceptance_rate == null && l ? '<span class="dim small">last measured ' + ago(l.age_s) + "</span>" : "";
+  }
+
   function onFleet(m) {
     var t = m.totals || {};
-    var s = m.stats || {};
-    T.setText(root, '[data-o="tps"]', T.fmt(t.tokens_per_s, 0));
-    T.setHTML(root, '[data-o="sim"]', t.simulated_nodes ? '<span class="pill pill-simulated">includes ' + t.simulated_nodes + " simulated</span>" : "");
-    T.setText(root, '[data-o="power"]', T.watts(t.power_w));
-    T.setHTML(root, '[data-o="src"]', T.sourcePill(t.power_source));
-    T.setText(root, '[data-o="tpj"]', T.fmt(t.tokens_per_j, 3));
-    T.setText(root, '[data-o="acc"]', T.pct(s.acceptance_rate));
-    T.setText(root, '[data-o="mal"]', T.fmt(s.mean_acceptance_length, 2));
+    var k = m.kpis || {}; // the headline: real nodes only
+    var ks = m.kpis_simulated || {};
+    T.setText(root, '[data-o="tps"]', T.fmt(k.tokens_per_s, 0));
+    T.setHTML(root, '[data-o="sim"]', ks.nodes ? '<span class="pill pill-simulated">simulated</span> ' + T.fmt(ks.tokens_per_s, 0) + " tok/s on " + ks.nodes + " simulated nodes (not included)" : "");
+    T.setText(root, '[data-o="power"]', T.watts(k.power_w));
+    T.setHTML(root, '[data-o="src"]', T.sourcePill(k.power_source) + (ks.nodes ? ' <span class="pill pill-simulated">simulated</span> ' + T.watts(ks.power_w) : ""));
+    T.setText(root, '[data-o="tpj"]', T.fmt(k.tokens_per_j, 3));
+    T.setText(root, '[data-o="acc"]', T.pct(lastOr(k, "acceptance_rate")));
+    T.setText(root, '[data-o="mal"]', T.fmt(lastOr(k, "mean_acceptance_length"), 2));
+    T.setHTML(root, '[data-o="acc_last"]', lastNote(k));
     T.setText(root, '[data-o="online"]', String((t.states || {}).online || 0));
     T.setText(root, '[data-o="nodes"]', String(t.nodes || 0));
     T.setHTML(root, '[data-o="states"]', Object.keys(t.states || {}).sort().map(function (k) {
@@ -43,8 +58,9 @@
       seen[p.id] = true;
       T.setText(tr, ".c-nodes", p.drafters + " drafters · " + p.verifiers + " verifiers");
       T.setText(tr, ".c-tps", T.fmt(ps.tokens_per_s, 0));
-      T.setText(tr, ".c-acc", T.pct(ps.acceptance_rate));
-      T.setText(tr, ".c-mal", T.fmt(ps.mean_acceptance_length, 2));
+      var last = Object.assign({ last_measured: p.last_measured }, ps);
+      T.setHTML(tr, ".c-acc", T.esc(T.pct(lastOr(last, "acceptance_rate"))) + (lastNote(last) ? "<br>" + lastNote(last) : ""));
+      T.setText(tr, ".c-mal", T.fmt(lastOr(last, "mean_acceptance_length"), 2));
       T.setText(tr, ".c-batch", T.fmt(ps.batch_mean, 1));
       T.setText(tr, ".c-itl", ps.itl_p99_ms == null ? "—" : T.fmt(ps.itl_p99_ms, 0) + " ms");
       T.setHTML(tr, ".c-power", T.watts(ps.power_w) + " " + T.sourcePill(ps.power_source));

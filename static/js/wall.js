@@ -94,8 +94,9 @@
       T.setHTML(c.el, ".sim", p.simulated ? '<span class="pill pill-simulated">simulated</span>' : "");
       T.setText(c.el, ".nodes", p.drafters + " drafters · " + p.verifiers + " verifiers");
       T.setText(c.el, '[data-p="tps"]', T.fmt(s.tokens_per_s, 0));
-      T.setText(c.el, '[data-p="acc"]', T.pct(s.acceptance_rate, 0));
-      T.setText(c.el, '[data-p="mal"]', T.fmt(s.mean_acceptance_length, 2));
+      var last = s.acceptance_rate == null ? p.last_measured : null; // no traffic now
+      T.setText(c.el, '[data-p="acc"]', T.pct((last || s).acceptance_rate, 0));
+      T.setText(c.el, '[data-p="mal"]', T.fmt((last || s).mean_acceptance_length, 2) + (last ? " (last measured " + Math.round(last.age_s) + " s ago)" : ""));
       T.setText(c.el, '[data-p="batch"]', T.fmt(s.batch_mean, 1));
       T.setText(c.el, '[data-p="itl"]', s.itl_p99_ms == null ? "—" : T.fmt(s.itl_p99_ms, 0) + " ms");
       T.setText(c.el, '[data-p="power"]', T.watts(s.power_w));
@@ -113,20 +114,25 @@
     function onFleet(m, addPoint) {
       var t = m.totals || {};
       var s = m.stats || {};
+      var k = m.kpis || {}; // the headline: real nodes only
+      var ks = m.kpis_simulated || {};
+      var last = k.acceptance_rate == null ? k.last_measured : null; // no traffic now
+      var simPill = '<span class="pill pill-simulated">simulated</span> ';
       var root = document.getElementById("wall-kpis");
-      T.setText(root, '[data-w="tps"]', T.fmt(t.tokens_per_s, 0));
-      T.setText(root, '[data-w="power"]', T.watts(t.power_w));
-      T.setHTML(root, '[data-w="power_src"]', T.sourcePill(t.power_source) || "no live power data");
-      T.setText(root, '[data-w="tpj"]', T.fmt(t.tokens_per_j, 3));
-      T.setText(root, '[data-w="tpj_d"]', T.fmt(s.tokens_per_j_draft, 2));
-      T.setText(root, '[data-w="tpj_v"]', T.fmt(s.tokens_per_j_verify, 2));
-      T.setText(root, '[data-w="acc"]', T.pct(s.acceptance_rate));
-      T.setText(root, '[data-w="mal"]', T.fmt(s.mean_acceptance_length, 2));
-      T.setText(root, '[data-w="alpha"]', T.fmt(s.alpha, 2));
+      T.setText(root, '[data-w="tps"]', T.fmt(k.tokens_per_s, 0));
+      T.setText(root, '[data-w="power"]', T.watts(k.power_w));
+      T.setHTML(root, '[data-w="power_src"]', (T.sourcePill(k.power_source) || "no live power data") + (ks.nodes ? " " + simPill + T.watts(ks.power_w) : ""));
+      T.setText(root, '[data-w="tpj"]', T.fmt(k.tokens_per_j, 3));
+      T.setText(root, '[data-w="tpj_d"]', T.fmt(k.tokens_per_j_draft, 2));
+      T.setText(root, '[data-w="tpj_v"]', T.fmt(k.tokens_per_j_verify, 2));
+      T.setText(root, '[data-w="acc"]', T.pct((last || k).acceptance_rate));
+      T.setText(root, '[data-w="mal"]', T.fmt((last || k).mean_acceptance_length, 2));
+      T.setText(root, '[data-w="alpha"]', T.fmt((last || k).alpha, 2));
+      T.setHTML(root, '[data-w="acc_last"]', last ? " · last measured " + Math.round(last.age_s) + " s ago" : "");
       T.setText(root, '[data-w="online"]', String((t.states || {}).online || 0));
       T.setText(root, '[data-w="nodes"]', String(t.nodes || 0));
       T.setHTML(root, '[data-w="states"]', states(t.states));
-      T.setHTML(root, '[data-w="sim"]', t.simulated_nodes ? '<span class="pill pill-simulated">includes ' + t.simulated_nodes + " simulated node" + (t.simulated_nodes === 1 ? "" : "s") + "</span>" : "");
+      T.setHTML(root, '[data-w="sim"]', ks.nodes ? simPill + T.fmt(ks.tokens_per_s, 0) + " tok/s on " + ks.nodes + " simulated node" + (ks.nodes === 1 ? "" : "s") + " not included" : "");
       if (addPoint) {
         T.appendPoint(chTokens, m.ts, s);
         T.appendPoint(chPower, m.ts, s);

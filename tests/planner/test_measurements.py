@@ -141,6 +141,7 @@ def test_recommended_k_does_not_walk_down_after_k_is_lowered():
 
     def recommended() -> tuple[float, int]:
         rec = services.recommendation(pipeline=pipeline)
+        assert rec["available"] is True
         batch = rec["inputs"]["batch"]
         return rec["inputs"]["alpha"], k_for(rec["k_policy"]["k_policy"], batch)
 

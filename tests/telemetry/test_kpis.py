@@ -124,3 +124,29 @@ def test_last_measured_acceptance_outlives_the_live_window(mixed_fleet):
     node_id = next(r["id"] for r in later["fleet"]["nodes"] if r["name"] == "gpu-sim")
     node_msg = mixed_fleet.node_message(node_id, later["node_rows"], NOW + 40)
     assert node_msg["stats"] == {} and node_msg["last_measured"]["acceptance_rate"] == 0.6
+
+
+def test_pages_headline_the_real_nodes_and_label_the_simulated(viewer, mixed_fleet):
+    client().hset(LIVE_KEY, mapping=mixed_fleet.build(NOW + 2.5)["snapshot"])
+    c = Client()
+    c.force_login(viewer)
+    fleet = c.get("/fleet/").content.decode()
+    assert 'data-k="power">120 W<' in fleet  # real only (all nodes: 520 W)
+    assert 'data-k="tps">0<' in fleet
+    assert "34 tok/s not included" in fleet
+    home = c.get("/").content.decode()
+    assert 'data-o="power">120 W<' in home and 'data-o="tps">0<' in home
+    assert "34 tok/s on 2 simulated nodes (not included)" in home
+    wall = c.get("/wall/").content.decode()
+    assert 'data-w="power">120 W<' in wall and 'data-w="tps">0<' in wall
+    assert "34 tok/s on 2 simulated nodes not included" in wall
+
+
+def test_pages_show_the_last_measured_acceptance_after_traffic_stops(viewer, mixed_fleet):
+    mixed_fleet.build(NOW + 2.5)
+    client().hset(LIVE_KEY, mapping=mixed_fleet.build(NOW + 40)["snapshot"])
+    c = Client()
+    c.force_login(viewer)
+    home = c.get("/").content.decode()
+    row = home.split('class="num c-acc">')[2]  # the simulated pipeline's row
+    assert row.startswith("60.0%") and "last measured 38 s ago" in row

@@ -18,8 +18,7 @@ pytestmark = pytest.mark.django_db
 
 def _simulated_fleet_live(seconds: int = 3):
     alphas = simulator.setup_fleet(nodes=4, pipelines=1)
-    sent: list = []
-    sim = simulator.Simulator(alphas, tick_s=1.0, publish=lambda items: sent.append(items) or 1)
+    sim = simulator.Simulator(alphas, tick_s=1.0, publish=len)
     sim.load()
     agg = Aggregator()
     agg.set_registry(load_registry())
@@ -35,6 +34,7 @@ def _simulated_fleet_live(seconds: int = 3):
 def test_a_simulated_nodes_page_shows_what_its_fleet_row_shows(viewer):
     built = _simulated_fleet_live()
     verifier = Node.objects.filter(simulated=True, placement__role="verify").first()
+    assert verifier is not None
     row = built["node_rows"][verifier.pk]
     assert row["tps"] and row["tps"] > 0  # the fleet table's figure
     c = Client()
