@@ -1,5 +1,15 @@
 """What the planner knows about a pipeline: hardware of its placed nodes, model sizes, and
-the measured alpha and step-time curves from telemetry rollups (roofline where unmeasured)."""
+the measured alpha and step-time curves from telemetry rollups (roofline where unmeasured).
+
+Step times are forward passes only; a round on the serving path also spends time between
+them (the drafts and tokens crossing Redis, batch gathering, sampling, bookkeeping). That
+time is measured too: a verifier's round period is its 10 s bucket over its verify steps
+(scaled by the share of the bucket it had sequences to run), and what the forward passes
+do not explain is fitted as the pipeline's per-round overhead t(tokens scored, batch).
+With it, a prediction for the pipeline's current configuration is the serving path's, not
+the engine's alone. `measured_row` is what was measured at one k and batch, to show beside
+the prediction.
+"""
 
 from __future__ import annotations
 
@@ -13,12 +23,23 @@ from django.utils import timezone
 
 from fleet.pipelines.compat import resolve_model_dir
 from fleet.pipelines.models import Pipeline, Placement, PlacementRole
-from fleet.planner.model import Curve, Hardware, ModelSpec, PipelineModel, fit_linear
+from fleet.planner.model import (
+    Curve,
+    Hardware,
+    ModelSpec,
+    PipelineModel,
+    fit_linear,
+    fit_linear2,
+)
 from fleet.telemetry.models import Rollup
 
 DEFAULT_ALPHA = 0.7
 MEASURE_WINDOW = timedelta(hours=1)
+MEASURED_ROW_WINDOW = timedelta(minutes=15)
 MIN_FIT_POINTS = 3
+ROLLUP_S = 10
+# a verifier bucket counts as a round measurement when it had sequences this share of it
+MIN_LOADED = 0.5
 
 
 def model_spec(ref: str, *, default_params: float) -> ModelSpec:
@@ -82,17 +103,118 @@ def _majority_profile(placements: list[Placement], role: str):
 
 
 def measured(pipeline: Pipeline, *, window: timedelta = MEASURE_WINDOW) -> dict:
-    """Alpha, per-position acceptance and (n, seconds) step points from the pipeline's 10 s
-    rollups of the last `window`. Empty when nothing was measured."""
+    """Alpha, per-position acceptance, (n, seconds) step points from the pipeline's 10 s
+    rollups of the last `window`, and the round periods of its verifiers (their node
+    rollups). Empty when nothing was measured."""
+    since = timezone.now() - window
+    rows = list(
+        Rollup.objects.filter(
+            scope="pipeline", scope_id=pipeline.pk, resolution_s=ROLLUP_S, start__gte=since
+        ).values_list("data", flat=True)[:2000]
+    )
+    out = measured_from_rollups(rows, default_k=_policy_k(pipeline))
+    verifiers = list(
+        Placement.objects.filter(pipeline=pipeline, role=PlacementRole.VERIFY).values_list(
+            "node_id", flat=True
+        )
+    )
+    node_rows = Rollup.objects.filter(
+        scope="node", scope_id__in=verifiers, resolution_s=ROLLUP_S, start__gte=since
+    ).values_list("data", flat=True)[:4000]
+    rounds = round_points(list(node_rows))
+    if rounds:
+        out["rounds"] = rounds
+    return out
+
+
+def mean_draft_length(d: dict, default_k: float) -> float:
+    """Draft tokens per draft in a bucket: (mean acceptance length - 1) / acceptance rate."""
+    rate, mal = d.get("acceptance_rate"), d.get("mean_acceptance_length")
+    return (mal - 1) / rate if (rate and mal) else default_k
+
+
+def round_points(node_rows: list[dict]) -> list[tuple[float, float, float]]:
+    """(k, batch, round seconds) per loaded verifier bucket: the bucket's length times the
+    share of it the verifier had sequences for (running / batch, at most 1), over its verify
+    steps. Everything a round costs on the serving path is in it."""
+    out = []
+    for d in node_rows:
+        steps = sum((d.get("batch_hist") or {}).values())
+        batch = d.get("batch_mean")
+        if not steps or not batch:
+            continue
+        loaded = min((d.get("running") or 0.0) / batch, 1.0)
+        if loaded < MIN_LOADED:
+            continue
+        out.append((mean_draft_length(d, 0.0), float(batch), ROLLUP_S * loaded / steps))
+    return out
+
+
+def fit_overhead(m: PipelineModel, rounds: list[tuple[float, float, float]]) -> Curve | None:
+    """The per-round time the forward passes of `m` do not explain, t(tokens scored, batch),
+    fitted to measured round periods (None without any)."""
+    points = []
+    for k, batch, round_s in rounds:
+        forward = _forward_round_s(m, k, batch)
+        points.append((batch * (k + 1), batch, max(round_s - forward, 0.0)))
+    if not points:
+        return None
+    return fit_linear2(points)
+
+
+def _forward_round_s(m: PipelineModel, k: float, batch: float) -> float:
+    """predict()'s round without overhead, at a fractional mean k and batch."""
+    V, D = max(m.n_verifiers, 1), m.n_drafters
+    draft_batch = batch * V / D if (D > 0 and m.drafter_kind == "model") else batch
+    t_d = m.t_draft(draft_batch) if k > 0 else 0.0
+    return k * t_d + m.t_verify(batch, batch * (k + 1)) + m.hop_s
+
+
+def measured_row(
+    pipeline: Pipeline, *, k: int | None = None, window: timedelta = MEASURED_ROW_WINDOW
+) -> dict | None:
+    """What the pipeline's telemetry measured at draft length `k` (default: the most recent
+    bucket's) in the last `window`: goodput, power, ITL, batch, averaged over the buckets
+    that ran at that k with traffic. None when there are none."""
     rows = list(
         Rollup.objects.filter(
             scope="pipeline",
             scope_id=pipeline.pk,
-            resolution_s=10,
+            resolution_s=ROLLUP_S,
             start__gte=timezone.now() - window,
-        ).values_list("data", flat=True)[:2000]
+        )
+        .order_by("-start")
+        .values_list("data", flat=True)[:200]
     )
-    return measured_from_rollups(rows, default_k=_policy_k(pipeline))
+    busy = [d for d in rows if (d.get("tokens_per_s") or 0) > 0 and d.get("batch_mean")]
+    if not busy:
+        return None
+    if k is None:
+        k = round(mean_draft_length(busy[0], _policy_k(pipeline)))
+    at_k = [d for d in busy if round(mean_draft_length(d, _policy_k(pipeline))) == k]
+    if not at_k:
+        return None
+
+    def mean(key: str) -> float | None:
+        values = [float(d[key]) for d in at_k if d.get(key) is not None]
+        return sum(values) / len(values) if values else None
+
+    goodput, power = mean("tokens_per_s"), mean("power_w")
+    sources = {d.get("power_source") for d in at_k} - {None}
+    return {
+        "k": k,
+        "batch": mean("batch_mean"),
+        "goodput_tps": goodput,
+        "power_w": power,
+        "power_source": sources.pop() if len(sources) == 1 else "mixed",
+        "tokens_per_j": goodput / power if (goodput and power) else None,
+        "itl_ms": mean("itl_mean_ms"),
+        "itl_p99_ms": mean("itl_p99_ms"),
+        "mean_acceptance_length": mean("mean_acceptance_length"),
+        "buckets": len(at_k),
+        "window_s": int(window.total_seconds()),
+        "measured": True,
+    }
 
 
 def _policy_k(pipeline: Pipeline) -> int:
@@ -110,10 +232,7 @@ def measured_from_rollups(rows: list[dict], *, default_k: int = 4) -> dict:
         batch = d.get("batch_mean")
         if batch:
             batches.append(float(batch))
-        k = default_k
-        rate, mal = d.get("acceptance_rate"), d.get("mean_acceptance_length")
-        if rate and mal:
-            k = (mal - 1) / rate
+        k = mean_draft_length(d, default_k)
         if batch and d.get("verify_step_ms"):
             verify_pts.append((batch * (k + 1), d["verify_step_ms"] / 1000))
         if batch and d.get("draft_step_ms"):
@@ -132,7 +251,8 @@ def measured_from_rollups(rows: list[dict], *, default_k: int = 4) -> dict:
             for i in range(width)
         )
     for key, pts in (("verify_curve", verify_pts), ("draft_curve", draft_pts)):
-        if len(pts) >= MIN_FIT_POINTS and len({round(n, 1) for n, _ in pts}) >= 2:
+        # one size only: a measured constant beats the roofline at the size that runs
+        if len(pts) >= MIN_FIT_POINTS:
             out[key] = fit_linear(pts)
     return out
 
@@ -149,7 +269,7 @@ def pipeline_model(
     m = measured(pipeline) if measured_inputs is None else measured_inputs
     v_profile = _majority_profile(placements, PlacementRole.VERIFY)
     d_profile = _majority_profile(placements, PlacementRole.DRAFT)
-    return PipelineModel(
+    model = PipelineModel(
         alpha=m.get("alpha", pipeline_alpha_hint(pipeline)),
         per_position=tuple(m.get("per_position", ())),
         verifier=Hardware.from_profile(v_profile) if v_profile else None,
@@ -167,6 +287,9 @@ def pipeline_model(
         drafter_kind=pipeline.drafter_kind,
         drafter_mix=_mix(placements, PlacementRole.DRAFT),
     )
+    if m.get("rounds") and model.n_verifiers:
+        model = model.with_(overhead_curve=fit_overhead(model, m["rounds"]))
+    return model
 
 
 def _mix(placements: list[Placement], role: str) -> tuple:
@@ -195,4 +318,5 @@ def sources_label(m: PipelineModel, measured_inputs: dict | None = None) -> dict
         "alpha": "measured" if ("alpha" in got or m.per_position) else "assumed",
         "verify_step": src(m.verify_curve),
         "draft_step": src(m.draft_curve),
+        "overhead": "measured" if m.overhead_curve is not None else "none",
     }

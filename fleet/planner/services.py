@@ -18,7 +18,7 @@ from fleet.pipelines.models import DrafterKind, Pipeline, Placement, PlacementRo
 from fleet.pipelines.policy import PolicyError, validate_policy
 from fleet.pipelines.services import allowed_roles
 from fleet.planner import measurements
-from fleet.planner.model import PipelineModel
+from fleet.planner.model import PipelineModel, predict
 from fleet.planner.recommend import (
     best_split,
     difference,
@@ -58,6 +58,9 @@ class Recommendation(TypedDict):
     current: dict[str, Any]
     k_policy: dict[str, Any]
     split: dict[str, Any]
+    # measured at the k the pipeline ran lately (measurements.measured_row), with the
+    # prediction at that same k and batch and its error; None when nothing ran lately
+    measured: dict[str, Any] | None
 
 
 class Preview(TypedDict):
@@ -160,6 +163,7 @@ def recommendation(*, pipeline: Pipeline) -> Recommendation | Unavailable:
     return {
         "pipeline": pipeline.pk,
         "version": pipeline.version,
+        "measured": measured_beside(pipeline, m),
         "available": True,
         "modeled": True,
         "sources": measurements.sources_label(m, measured),
@@ -199,6 +203,23 @@ def recommendation(*, pipeline: Pipeline) -> Recommendation | Unavailable:
                 for s in candidates
             ],
         },
+    }
+
+
+def measured_beside(pipeline: Pipeline, m: PipelineModel) -> dict[str, Any] | None:
+    """The measured row at the pipeline's recent k and batch, and the prediction for that same
+    k and batch (not the operating batch of the hour), so the two can be compared."""
+    row = measurements.measured_row(pipeline)
+    if row is None or not row["batch"]:
+        return None
+    batch = max(1, round(row["batch"]))
+    prediction = predict(m, k=row["k"], batch=batch).as_dict()
+    goodput = row["goodput_tps"]
+    error = (prediction["goodput_tps"] - goodput) / goodput * 100 if goodput else None
+    return {
+        **row,
+        "prediction": prediction,
+        "goodput_error_pct": round(error, 1) if error is not None else None,
     }
 
 

@@ -264,6 +264,7 @@ def derive(acc: Acc, span_s: float) -> dict:
     pos = positions(acc.per_pos, acc.per_pos_drafts) if drafts > 0 else []
     per_pos = [round(p, 4) for p in per_position_acceptance(pos)]
     alpha = estimate_alpha(pos)
+    itl_count = sum(acc.itl_hist)
     return {
         "acceptance_rate": _ratio(acc.accepted, acc.draft_tokens),
         "mean_acceptance_length": round(1 + acc.accepted / drafts, 4) if drafts > 0 else None,
@@ -273,6 +274,7 @@ def derive(acc: Acc, span_s: float) -> dict:
         "draft_tokens_per_s": _round(acc.draft_tokens / span if span else None, 2),
         "batch_mean": _round(batch_mean, 2),
         "batch_hist": {str(k): round(v, 3) for k, v in sorted(acc.batch_hist.items())},
+        "itl_mean_ms": _ms(acc.itl_sum / itl_count if itl_count else None),
         "itl_p50_ms": _ms(quantile(acc.itl_hist, 0.5)),
         "itl_p99_ms": _ms(quantile(acc.itl_hist, 0.99)),
         "ttft_p50_ms": _ms(quantile(acc.ttft_hist, 0.5)),

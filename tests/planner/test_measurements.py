@@ -152,3 +152,90 @@ def test_recommended_k_does_not_walk_down_after_k_is_lowered():
     alpha_k2, k_rec_k2 = recommended()
     assert alpha_k2 >= alpha_k4
     assert k_rec_k2 >= k_rec_k4
+
+
+def test_round_overhead_is_fitted_so_the_current_config_predicts_the_served_round():
+    """Forward passes explain 14 ms of a round the verifier measured at 40 ms (the rest is
+    the serving path: Redis, gathering, sampling): the fitted overhead puts it back."""
+    from fleet.planner.model import Curve, PipelineModel, predict
+
+    m = PipelineModel(
+        per_position=(0.8, 0.64, 0.51, 0.41),
+        verify_curve=Curve(0.008, 0.0001),  # 8 ms + 0.1 ms per token scored
+        draft_curve=Curve(0.0005, 0.0),  # 0.5 ms per draft step
+    )
+    node_rows = [
+        # 10 s bucket, 250 verify steps at batch 8, k=4, always loaded: 40 ms a round
+        {
+            "batch_hist": {"8": 250},
+            "batch_mean": 8,
+            "running": 8,
+            "acceptance_rate": 0.59,
+            "mean_acceptance_length": 1 + 0.59 * 4,
+        },
+        # half the bucket idle: 125 steps in 5 s of traffic, still 40 ms a round
+        {
+            "batch_hist": {"8": 125},
+            "batch_mean": 8,
+            "running": 4,
+            "acceptance_rate": 0.59,
+            "mean_acceptance_length": 1 + 0.59 * 4,
+        },
+        {"batch_hist": {"8": 10}, "batch_mean": 8, "running": 0.5},  # mostly idle: not used
+    ]
+    rounds = measurements.round_points(node_rows)
+    assert [r[2] for r in rounds] == pytest.approx([0.04, 0.04])
+    curve = measurements.fit_overhead(m, rounds)
+    p = predict(m.with_(overhead_curve=curve), k=4, batch=8)
+    assert p.round_s == pytest.approx(0.040, rel=1e-3)
+    assert p.goodput_tps == pytest.approx(8 * m.E(4) / 0.040, rel=1e-3)
+    assert predict(m, k=4, batch=8).round_s == pytest.approx(0.014)  # without: 3x too fast
+
+
+def test_measured_row_beside_the_prediction(pipeline, viewer):
+    """The recommendations page shows what was measured at the pipeline's k and batch, and
+    the prediction at that same k and batch with its error."""
+    from django.test import Client
+
+    from fleet.telemetry.models import Rollup
+
+    now = timezone.now()
+    for i in range(3):
+        Rollup.objects.create(
+            scope="pipeline",
+            scope_id=pipeline.pk,
+            resolution_s=10,
+            start=now - timedelta(seconds=10 * (i + 1)),
+            data={
+                "tokens_per_s": 300.0 + i,
+                "batch_mean": 8,
+                "acceptance_rate": 0.6,
+                "mean_acceptance_length": 1 + 0.6 * 4,
+                "alpha": 0.8,
+                "power_w": 800.0,
+                "power_source": "modeled",
+                "itl_mean_ms": 11.0,
+            },
+        )
+    Rollup.objects.create(  # another k (2): not the row's
+        scope="pipeline",
+        scope_id=pipeline.pk,
+        resolution_s=10,
+        start=now - timedelta(seconds=50),
+        data={
+            "tokens_per_s": 900.0,
+            "batch_mean": 8,
+            "acceptance_rate": 0.7,
+            "mean_acceptance_length": 2.4,
+        },
+    )
+    row = measurements.measured_row(pipeline)
+    assert row is not None
+    assert row["k"] == 4 and row["buckets"] == 3
+    assert row["goodput_tps"] == pytest.approx(301) and row["power_w"] == 800
+    c = Client()
+    c.force_login(viewer)
+    html = c.get(f"/planner/pipelines/{pipeline.pk}/").content.decode()
+    measured = html.split('id="measured-row"')[1].split("</tr>")[0]
+    assert 'data-m="goodput">301.0<' in measured and "measured" in measured
+    assert 'id="predicted-at-measured"' in html
