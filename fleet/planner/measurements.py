@@ -113,13 +113,8 @@ def measured(pipeline: Pipeline, *, window: timedelta = MEASURE_WINDOW) -> dict:
         ).values_list("data", flat=True)[:2000]
     )
     out = measured_from_rollups(rows, default_k=_policy_k(pipeline))
-    verifiers = list(
-        Placement.objects.filter(pipeline=pipeline, role=PlacementRole.VERIFY).values_list(
-            "node_id", flat=True
-        )
-    )
     node_rows = Rollup.objects.filter(
-        scope="node", scope_id__in=verifiers, resolution_s=ROLLUP_S, start__gte=since
+        scope="node", scope_id__in=_verifier_ids(pipeline), resolution_s=ROLLUP_S, start__gte=since
     ).values_list("data", flat=True)[:4000]
     rounds = round_points(list(node_rows))
     if rounds:
@@ -133,30 +128,57 @@ def mean_draft_length(d: dict, default_k: float) -> float:
     return (mal - 1) / rate if (rate and mal) else default_k
 
 
-def round_points(node_rows: list[dict]) -> list[tuple[float, float, float]]:
-    """(k, batch, round seconds) per loaded verifier bucket: the bucket's length times the
-    share of it the verifier had sequences for (running / batch, at most 1), over its verify
-    steps. Everything a round costs on the serving path is in it."""
+def _verifier_ids(pipeline: Pipeline) -> list[int]:
+    return list(
+        Placement.objects.filter(pipeline=pipeline, role=PlacementRole.VERIFY).values_list(
+            "node_id", flat=True
+        )
+    )
+
+
+def _loaded_share(d: dict) -> float:
+    """The share of a verifier's bucket it had sequences to run: running / batch, at most 1."""
+    batch = d.get("batch_mean")
+    return min((d.get("running") or 0.0) / batch, 1.0) if batch else 0.0
+
+
+def _loaded_starts(pipeline: Pipeline, since) -> set:
+    """Bucket starts at which the pipeline's verifiers were loaded (on average)."""
+    shares: dict = {}
+    for start, d in Rollup.objects.filter(
+        scope="node", scope_id__in=_verifier_ids(pipeline), resolution_s=ROLLUP_S, start__gte=since
+    ).values_list("start", "data")[:4000]:
+        shares.setdefault(start, []).append(_loaded_share(d))
+    return {start for start, s in shares.items() if sum(s) / len(s) >= MIN_LOADED}
+
+
+def round_points(node_rows: list[dict]) -> list[tuple[float, float, float, float]]:
+    """(k, batch, round seconds, verify steps) per loaded verifier bucket: the bucket's length
+    times the share of it the verifier had sequences for (running / batch, at most 1), over
+    its verify steps. Everything a round costs on the serving path is in it. The steps are
+    the point's weight: the weighted mean round is then total loaded time / total rounds,
+    the one that gives the measured throughput (a plain mean of rounds of unequal buckets
+    would not: throughput goes as 1 / round)."""
     out = []
     for d in node_rows:
         steps = sum((d.get("batch_hist") or {}).values())
         batch = d.get("batch_mean")
         if not steps or not batch:
             continue
-        loaded = min((d.get("running") or 0.0) / batch, 1.0)
+        loaded = _loaded_share(d)
         if loaded < MIN_LOADED:
             continue
-        out.append((mean_draft_length(d, 0.0), float(batch), ROLLUP_S * loaded / steps))
+        out.append((mean_draft_length(d, 0.0), float(batch), ROLLUP_S * loaded / steps, steps))
     return out
 
 
-def fit_overhead(m: PipelineModel, rounds: list[tuple[float, float, float]]) -> Curve | None:
+def fit_overhead(m: PipelineModel, rounds: list[tuple]) -> Curve | None:
     """The per-round time the forward passes of `m` do not explain, t(tokens scored, batch),
-    fitted to measured round periods (None without any)."""
+    fitted to measured round periods (None without any), each weighted by its rounds."""
     points = []
-    for k, batch, round_s in rounds:
+    for k, batch, round_s, *weight in rounds:
         forward = _forward_round_s(m, k, batch)
-        points.append((batch * (k + 1), batch, max(round_s - forward, 0.0)))
+        points.append((batch * (k + 1), batch, max(round_s - forward, 0.0), *weight))
     if not points:
         return None
     return fit_linear2(points)
@@ -175,18 +197,23 @@ def measured_row(
 ) -> dict | None:
     """What the pipeline's telemetry measured at draft length `k` (default: the most recent
     bucket's) in the last `window`: goodput, power, ITL, batch, averaged over the buckets
-    that ran at that k with traffic. None when there are none."""
+    that ran at that k under load (its verifiers had sequences at least MIN_LOADED of the
+    bucket: a bucket where traffic started or stopped is not the configuration's
+    throughput). None when there are none."""
+    since = timezone.now() - window
     rows = list(
         Rollup.objects.filter(
-            scope="pipeline",
-            scope_id=pipeline.pk,
-            resolution_s=ROLLUP_S,
-            start__gte=timezone.now() - window,
+            scope="pipeline", scope_id=pipeline.pk, resolution_s=ROLLUP_S, start__gte=since
         )
         .order_by("-start")
-        .values_list("data", flat=True)[:200]
+        .values_list("start", "data")[:200]
     )
-    busy = [d for d in rows if (d.get("tokens_per_s") or 0) > 0 and d.get("batch_mean")]
+    loaded = _loaded_starts(pipeline, since)
+    busy = [
+        d
+        for start, d in rows
+        if (d.get("tokens_per_s") or 0) > 0 and d.get("batch_mean") and start in loaded
+    ]
     if not busy:
         return None
     if k is None:

@@ -334,7 +334,7 @@ class PipelineModel:
 @dataclass(frozen=True)
 class Prediction:
     k: int
-    batch: int
+    batch: float
     goodput_tps: float  # tokens/s of the whole pipeline
     itl_s: float
     ttft_s: float
@@ -350,7 +350,7 @@ class Prediction:
     def as_dict(self) -> dict:
         return {
             "k": self.k,
-            "batch": self.batch,
+            "batch": round(self.batch, 2),
             "goodput_tps": round(self.goodput_tps, 3),
             "itl_ms": round(self.itl_s * 1000, 4),
             "ttft_ms": round(self.ttft_s * 1000, 3),
@@ -371,11 +371,11 @@ def _power(hw: Hardware | None, util: float) -> float:
     return hw.idle_w + (hw.tdp_w - hw.idle_w) * min(max(util, 0.0), 1.0)
 
 
-def predict(m: PipelineModel, *, k: int, batch: int) -> Prediction:
+def predict(m: PipelineModel, *, k: int, batch: float) -> Prediction:
     """Predicted steady-state figures at verify batch `batch` (sequences per verifier)."""
     V = max(m.n_verifiers, 0)
     D = max(m.n_drafters, 0)
-    b = max(int(batch), 1)
+    b = max(batch, 1)  # sequences per verifier; a measured mean batch may be fractional
     use_draft = k > 0 and m.drafter_kind != "none" and (D > 0 or m.drafter_kind == "ngram")
     k = k if use_draft else 0
     draft_batch = b * V / D if (D > 0 and m.drafter_kind == "model") else b

@@ -212,7 +212,7 @@ def measured_beside(pipeline: Pipeline, m: PipelineModel) -> dict[str, Any] | No
     row = measurements.measured_row(pipeline)
     if row is None or not row["batch"]:
         return None
-    batch = max(1, round(row["batch"]))
+    batch = max(1.0, row["batch"])
     prediction = predict(m, k=row["k"], batch=batch).as_dict()
     goodput = row["goodput_tps"]
     error = (prediction["goodput_tps"] - goodput) / goodput * 100 if goodput else None

@@ -185,6 +185,7 @@ def test_round_overhead_is_fitted_so_the_current_config_predicts_the_served_roun
     ]
     rounds = measurements.round_points(node_rows)
     assert [r[2] for r in rounds] == pytest.approx([0.04, 0.04])
+    assert [r[3] for r in rounds] == [250, 125]
     curve = measurements.fit_overhead(m, rounds)
     p = predict(m.with_(overhead_curve=curve), k=4, batch=8)
     assert p.round_s == pytest.approx(0.040, rel=1e-3)
@@ -200,6 +201,15 @@ def test_measured_row_beside_the_prediction(pipeline, viewer):
     from fleet.telemetry.models import Rollup
 
     now = timezone.now()
+    verifier = pipeline.placements.get(role="verify").node_id
+    for i in range(5):  # the verifier's buckets: loaded, except the oldest (traffic started)
+        Rollup.objects.create(
+            scope="node",
+            scope_id=verifier,
+            resolution_s=10,
+            start=now - timedelta(seconds=10 * (i + 1)),
+            data={"batch_mean": 8, "running": 8 if i < 4 else 1, "batch_hist": {"8": 100}},
+        )
     for i in range(3):
         Rollup.objects.create(
             scope="pipeline",
@@ -221,13 +231,20 @@ def test_measured_row_beside_the_prediction(pipeline, viewer):
         scope="pipeline",
         scope_id=pipeline.pk,
         resolution_s=10,
-        start=now - timedelta(seconds=50),
+        start=now - timedelta(seconds=40),
         data={
             "tokens_per_s": 900.0,
             "batch_mean": 8,
             "acceptance_rate": 0.7,
             "mean_acceptance_length": 2.4,
         },
+    )
+    Rollup.objects.create(  # k=4 but traffic only started: not under load
+        scope="pipeline",
+        scope_id=pipeline.pk,
+        resolution_s=10,
+        start=now - timedelta(seconds=50),
+        data={"tokens_per_s": 20.0, "batch_mean": 8, "acceptance_rate": 0.6},
     )
     row = measurements.measured_row(pipeline)
     assert row is not None
