@@ -56,6 +56,31 @@ SCALARS = (
 
 class Acc:
     __slots__ = (*SCALARS, "per_pos", "per_pos_drafts", "ttft_hist", "itl_hist", "batch_hist")
+    # the scalars, set in __init__ from SCALARS (declared for the type checker)
+    dur: float
+    n: float
+    measured_dur: float
+    modeled_dur: float
+    drafts: float
+    draft_tokens: float
+    accepted: float
+    gen_tokens: float
+    finished: float
+    draft_steps: float
+    draft_step_sum: float
+    verify_steps: float
+    verify_step_sum: float
+    energy_draft: float
+    energy_verify: float
+    power_int: float
+    util_int: float
+    queue_int: float
+    running_int: float
+    waiting_int: float
+    kv_int: float
+    kv_total_int: float
+    ttft_sum: float
+    itl_sum: float
 
     def __init__(self) -> None:
         for name in SCALARS:

@@ -17,6 +17,7 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -83,7 +84,8 @@ class StreamAggregator(threading.Thread):
     def run(self) -> None:
         r = client()
         while not self.stop.is_set():
-            for _, entries in r.xread({STREAM: self.cursor}, count=2000, block=200) or []:
+            streams: Any = r.xread({STREAM: self.cursor}, count=2000, block=200) or []
+            for _, entries in streams:
                 for entry_id, fields in entries:
                     self.cursor = entry_id
                     if int(fields[b"node"]) in self.node_ids:
