@@ -181,7 +181,20 @@ def fit_overhead(m: PipelineModel, rounds: list[tuple]) -> Curve | None:
         points.append((batch * (k + 1), batch, max(round_s - forward, 0.0), *weight))
     if not points:
         return None
+    if _narrow([p[0] for p in points]) and _narrow([p[1] for p in points]):
+        # one operating point: how the overhead splits between per-round, per-token and
+        # per-sequence costs is not measured; a constant per round is the neutral guess
+        # (a slope fitted to noise would favour or penalise larger k for no reason)
+        weights = [p[3] if len(p) > 3 else 1.0 for p in points]
+        mean = sum(w * p[2] for w, p in zip(weights, points, strict=True)) / sum(weights)
+        return Curve(mean, 0.0)
     return fit_linear2(points)
+
+
+def _narrow(values: list[float], spread: float = 0.1) -> bool:
+    """All within +-spread of their mean."""
+    mean = sum(values) / len(values)
+    return all(abs(v - mean) <= spread * abs(mean) for v in values)
 
 
 def _forward_round_s(m: PipelineModel, k: float, batch: float) -> float:
