@@ -199,8 +199,9 @@ class Aggregation:
         SNAPSHOT_FULL_S in a rotating slice (so ages stay right for first renders)."""
         self.expire(now)
         reg = self.registry
-        unplaced = Acc()
-        pipe_accs: dict[int, Acc] = {pid: Acc() for pid in reg.pipelines}
+        # per (pipeline or None, simulated): each node is added once; pipelines, the real and
+        # simulated classes and the fleet are sums of these few groups
+        groups: dict[tuple[int | None, bool], Acc] = {}
         pipe_rows: dict[int, list] = {pid: [] for pid in reg.pipelines}
         counts: dict[int, Counter] = {pid: Counter() for pid in reg.pipelines}
         rows: list[payloads.NodeRow] = []
@@ -208,8 +209,6 @@ class Aggregation:
         changed: set[int] = set()
         states: Counter = Counter()
         simulated = 0
-        # the headline KPIs never mix classes: real and simulated nodes are summed apart
-        by_class = {False: Acc(), True: Acc()}
         reporting: Counter = Counter()
         for nid, info in reg.nodes.items():
             state = self.nodes.get(nid)
@@ -224,19 +223,31 @@ class Aggregation:
             states[info.state] += 1
             simulated += row["sim"]
             pid = info.pipeline_id
-            placed = pid in pipe_accs
+            placed = pid in reg.pipelines
             if placed:
                 pipe_rows[pid].append(row)
                 if info.role:
                     counts[pid][info.role] += 1
             if state is not None and not state.live.empty:
-                (pipe_accs[pid] if placed else unplaced).add_rates_of(state.live)
-                by_class[row["sim"]].add_rates_of(state.live)
+                key = (pid if placed else None, row["sim"])
+                group = groups.get(key)
+                if group is None:
+                    group = groups[key] = Acc()
+                group.add_rates_of(state.live)
                 reporting[row["sim"]] += 1
-        fleet_acc = Acc()
-        fleet_acc.add(unplaced)
-        for acc in pipe_accs.values():
-            fleet_acc.add(acc)
+        pipe_accs: dict[int, Acc] = {}
+        for pid in reg.pipelines:
+            real, sim = groups.get((pid, False)), groups.get((pid, True))
+            if real is not None and sim is not None:
+                real = real.copy()
+                real.add(sim)
+            pipe_accs[pid] = real or sim or Acc()
+        # the headline KPIs never mix classes: real and simulated nodes are summed apart
+        by_class = {False: Acc(), True: Acc()}
+        for (_, sim_group), acc in groups.items():
+            by_class[sim_group].add(acc)
+        fleet_acc = by_class[False].copy()
+        fleet_acc.add(by_class[True])
         fleet_stats = derive(fleet_acc, 1.0)
         kpis = {
             sim: self._kpis(
