@@ -1,0 +1,61 @@
+"""The navigation lights exactly one section: the planner's page of a pipeline
+(/planner/pipelines/<id>/) is the Planner's, not also the Pipelines' (a substring test lit
+both); a node's page is under Nodes."""
+
+import re
+
+import pytest
+from django.test import Client
+
+from fleet.console.context import nav_section
+from fleet.nodes.models import HardwareProfile
+from fleet.nodes.services import node_register
+from fleet.pipelines import services
+
+pytestmark = pytest.mark.django_db
+
+
+def _active(page: bytes) -> list[str]:
+    nav = re.search(rb'<nav class="nav".*?</nav>', page, re.S).group(0).decode()
+    return re.findall(r'<a href="[^"]*" class="active" aria-current="page">([^<]+)</a>', nav)
+
+
+@pytest.fixture
+def pages(operator):
+    pipeline = services.pipeline_create(
+        actor=operator, name="nav", target_model="t", draft_model="d"
+    )
+    node, _ = node_register(
+        name="nav-node", profile=HardwareProfile.objects.get(slug="h100-sxm"), roles=["verify"]
+    )
+    client = Client()
+    client.force_login(operator)
+    return client, pipeline, node
+
+
+@pytest.mark.parametrize(
+    "path,section",
+    [
+        ("/planner/pipelines/{p}/", ["Planner"]),
+        ("/planner/", ["Planner"]),
+        ("/pipelines/{p}/", ["Pipelines"]),
+        ("/pipelines/", ["Pipelines"]),
+        ("/nodes/", ["Nodes"]),
+        ("/nodes/{n}/", ["Nodes"]),
+        ("/fleet/", ["Fleet"]),
+        ("/account/keys/", ["API keys"]),
+        ("/", []),
+    ],
+)
+def test_one_section_is_lit(pages, path, section):
+    client, pipeline, node = pages
+    page = client.get(path.format(p=pipeline.pk, n=node.pk))
+    assert page.status_code == 200
+    assert _active(page.content) == section
+
+
+def test_sections_by_prefix():
+    assert nav_section("/planner/pipelines/3/") == "planner"
+    assert nav_section("/pipelines/3/") == "pipelines"
+    assert nav_section("/wall/links/") == "wall"
+    assert nav_section("/somewhere/pipelines/") == ""
