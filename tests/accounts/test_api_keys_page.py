@@ -13,6 +13,13 @@ from fleet.accounts.services import api_key_create
 pytestmark = pytest.mark.django_db
 
 
+def _find(pattern, text, flags=0, group=0):
+    """The match of `pattern` in `text` (failing the test when there is none)."""
+    match = re.search(pattern, text, flags)
+    assert match is not None, f"{pattern!r} not found"
+    return match.group(group)
+
+
 @pytest.fixture(autouse=True)
 def _fast_passwords(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
@@ -25,7 +32,7 @@ def logged_in(user) -> Client:
 
 
 def _secret(response) -> str:
-    return re.search(rb'id="api-key-secret">(tdm_[^<]+)<', response.content).group(1).decode()
+    return _find(rb'id="api-key-secret">(tdm_[^<]+)<', response.content, group=1).decode()
 
 
 def _bearer(plain: str) -> APIClient:
@@ -52,9 +59,7 @@ def test_create_use_and_revoke_a_key(operator):
     # listed with its prefix, owner, role and when last used; the secret is not shown again
     listing = client.get("/account/keys/")
     assert plain.encode() not in listing.content
-    row = re.search(
-        rf'<tr data-prefix="{key.prefix}">.*?</tr>'.encode(), listing.content, re.S
-    ).group(0)
+    row = _find(rf'<tr data-prefix="{key.prefix}">.*?</tr>'.encode(), listing.content, re.S)
     for text in (b"nightly bench", f"tdm_{key.prefix}_".encode(), b"bob", b"operator", b"ago"):
         assert text in row
     # revoking asks first

@@ -15,8 +15,15 @@ from fleet.pipelines import services
 pytestmark = pytest.mark.django_db
 
 
+def _find(pattern, text, flags=0, group=0):
+    """The match of `pattern` in `text` (failing the test when there is none)."""
+    match = re.search(pattern, text, flags)
+    assert match is not None, f"{pattern!r} not found"
+    return match.group(group)
+
+
 def _active(page: bytes) -> list[str]:
-    nav = re.search(rb'<nav class="nav".*?</nav>', page, re.S).group(0).decode()
+    nav = _find(rb'<nav class="nav".*?</nav>', page, re.S).decode()
     return re.findall(r'<a href="[^"]*" class="active" aria-current="page">([^<]+)</a>', nav)
 
 

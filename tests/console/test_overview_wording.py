@@ -6,6 +6,13 @@ import pytest
 from django.template.loader import render_to_string
 
 
+def _find(pattern, text, flags=0, group=0):
+    """The match of `pattern` in `text` (failing the test when there is none)."""
+    match = re.search(pattern, text, flags)
+    assert match is not None, f"{pattern!r} not found"
+    return match.group(group)
+
+
 @pytest.mark.parametrize(
     "drafters,verifiers,text",
     [(1, 1, "1 drafter · 1 verifier"), (2, 3, "2 drafters · 3 verifiers"), (0, 1, "0 drafters")],
@@ -15,5 +22,5 @@ def test_node_counts_are_pluralised(drafters, verifiers, text):
     html = render_to_string(
         "console/_overview.html", {"live": {"pipelines": [row], "totals": {}, "stats": {}}}
     )
-    cell = re.search(r'<td class="c-nodes">(.*?)</td>', html).group(1)
+    cell = _find(r'<td class="c-nodes">(.*?)</td>', html, group=1)
     assert text in cell

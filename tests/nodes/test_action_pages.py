@@ -16,6 +16,13 @@ from tests.pipelines.conftest import make_pipeline, online_node, place
 pytestmark = pytest.mark.django_db
 
 
+def _find(pattern, text, flags=0, group=0):
+    """The match of `pattern` in `text` (failing the test when there is none)."""
+    match = re.search(pattern, text, flags)
+    assert match is not None, f"{pattern!r} not found"
+    return match.group(group)
+
+
 def logged_in(user) -> Client:
     client = Client()
     client.force_login(user)
@@ -48,7 +55,7 @@ def test_operator_drains_and_returns_a_node_from_its_page(operator, placed):
     assert Node.objects.get(pk=placed.pk).state == "draining"
     event = AuditEvent.objects.get(action="drain")
     assert event.actor == operator and event.node_id == placed.pk
-    assert event.reason == "kernel update" and event.pipeline.name == "serve"
+    assert event.reason == "kernel update" and event.pipeline_id == placed.placement.pipeline_id
     page = client.get(f"/nodes/{placed.pk}/")
     assert b'id="node-return"' in page.content and b'id="node-drain"' not in page.content
     version = Node.objects.get(pk=placed.pk).version
@@ -139,8 +146,8 @@ def test_admin_rotates_a_token_and_sees_it_once(admin):
     assert node_for_token(old) is not None
     done = client.post(f"/nodes/{node.pk}/act/rotate-token", {"confirmed": "yes"})
     assert done.status_code == 200 and done["Cache-Control"].startswith("max-age=0")
-    new = re.search(rb'id="node-token">(tdn_[^<]+)<', done.content).group(1).decode()
-    assert node_for_token(old) is None and node_for_token(new).pk == node.pk
+    new = _find(rb'id="node-token">(tdn_[^<]+)<', done.content, group=1).decode()
+    assert node_for_token(old) is None and node_for_token(new) == node
     assert NodeToken.objects.filter(node=node, revoked_at__isnull=True).count() == 1
     assert new.encode() not in client.get(f"/nodes/{node.pk}/").content
 
@@ -160,7 +167,7 @@ def test_device_facts_are_labelled_with_units(viewer):
         }
     )
     page = logged_in(viewer).get(f"/nodes/{node.pk}/").content.decode()
-    facts = re.search(r'<dl class="facts" id="device-facts".*?</dl>', page, re.S).group(0)
+    facts = _find(r'<dl class="facts" id="device-facts".*?</dl>', page, re.S)
     text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", facts))
     assert "Device NVIDIA H200" in text
     assert "Device memory 139.8 GB" in text

@@ -18,6 +18,13 @@ from tests.pipelines.conftest import make_pipeline, online_node, place
 pytestmark = pytest.mark.django_db
 
 
+def _find(pattern, text, flags=0, group=0):
+    """The match of `pattern` in `text` (failing the test when there is none)."""
+    match = re.search(pattern, text, flags)
+    assert match is not None, f"{pattern!r} not found"
+    return match.group(group)
+
+
 def _page(client, pipeline) -> str:
     return client.get(f"/pipelines/{pipeline.pk}/").content.decode()
 
@@ -45,7 +52,7 @@ def test_move_preselects_no_target_and_labels_simulated_pipelines(pipeline, oper
     make_pipeline(name="zzz-real")
     client.force_login(operator)
     page = _page(client, pipeline)
-    select = re.search(r'<select name="to_pipeline"[^>]*>(.*?)</select>', page, re.S).group(1)
+    select = _find(r'<select name="to_pipeline"[^>]*>(.*?)</select>', page, re.S, group=1)
     options = re.findall(r"<option([^>]*)>([^<]*)</option>", select)
     assert options[0] == (' value="" selected disabled', "Move to…")
     assert [label for _, label in options[1:]] == ["zzz-real", "aaa-sim (simulated)"]
@@ -74,12 +81,12 @@ def test_k_form_fields_belong_to_their_mode_and_start_at_the_current_policy(
     )
     client.force_login(operator)
     page = _page(client, pipeline)
-    form = re.search(r'<form[^>]*id="form-k".*?</form>', page, re.S).group(0)
+    form = _find(r'<form[^>]*id="form-k".*?</form>', page, re.S)
     assert '<option value="table" selected>' in form
     assert re.search(r'class="k-mode-fields k-mode-fixed">k <input name="k"', form)
     assert re.search(r'class="k-mode-fields k-mode-table">[^<]*<input name="table"', form)
     assert 'value="1:6, 8:2"' in form
-    adaptive = re.search(r'class="k-mode-fields k-mode-adaptive">.*?</label>', form, re.S).group(0)
+    adaptive = _find(r'class="k-mode-fields k-mode-adaptive">.*?</label>', form, re.S)
     assert 'name="k_min"' in adaptive and 'name="k_max"' in adaptive
 
 
@@ -100,7 +107,7 @@ def test_the_first_configuration_of_a_pipeline_made_outside_the_service_is_resto
     assert first.config["k_policy"] == {"mode": "fixed", "k": 4}
     client.force_login(operator)
     page = _page(client, pipeline)
-    row = re.search(r'<tr data-version="1">.*?</tr>', page, re.S).group(0)
+    row = _find(r'<tr data-version="1">.*?</tr>', page, re.S)
     assert "Roll back to this" in row and "initial" in row
     client.post(f"/pipelines/{pipeline.pk}/act/rollback", {"to_version": 1, "version": 2})
     restored = Pipeline.objects.get(pk=pipeline.pk)
@@ -123,7 +130,7 @@ def test_the_audit_log_reads_as_a_diff(pipeline, operator, client):
     )
     client.force_login(operator)
     page = _page(client, pipeline)
-    log = re.search(r'<section class="card" id="audit-log">.*?</section>', page, re.S).group(0)
+    log = _find(r'<section class="card" id="audit-log">.*?</section>', page, re.S)
     text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", log))
     assert "k policy: k=4 → k=2" in text
     assert "ITL p99 SLO (ms): — → 40" in text and "auto mode: off → on" in text
