@@ -75,3 +75,14 @@ def test_primary_button_label_passes_aa(state):
     rule = {**base, **_rule(state)}
     ratio = contrast(_colour(rule["color"], props), _colour(rule["background"], props))
     assert ratio >= AA, f"{state}: {ratio:.2f}:1 < {AA}:1"
+
+
+@pytest.mark.parametrize("background", ["--bg", "--bg-card", "--bg-hover"])
+@pytest.mark.parametrize(
+    "text", ["--accent", "--green", "--amber", "--red", "--gray", "--violet", "--cyan"]
+)
+def test_coloured_text_passes_aa(text, background):
+    """Links, state badges, pills and danger buttons write in these colours."""
+    props = _rule(":root")
+    ratio = contrast(_colour(props[text], props), _colour(props[background], props))
+    assert ratio >= AA, f"{text} on {background}: {ratio:.2f}:1 < {AA}:1"

@@ -66,3 +66,11 @@ def test_sections_by_prefix():
     assert nav_section("/pipelines/3/") == "pipelines"
     assert nav_section("/wall/links/") == "wall"
     assert nav_section("/somewhere/pipelines/") == ""
+
+
+def test_the_api_keys_link_is_for_people_with_a_role(outsider, viewer):
+    client = Client()
+    client.force_login(viewer)
+    assert b'href="/account/keys/"' in client.get("/").content
+    client.force_login(outsider)
+    assert b'href="/account/keys/"' not in client.get("/").content
