@@ -90,6 +90,7 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "fleet.accounts.context.role",
                 "fleet.console.context.supervision",
+                "fleet.console.context.nav",
             ],
         },
     },

@@ -27,6 +27,7 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/v1/", include(api_v1)),
     path("v1/", include("inference.serving.openai_urls")),
+    path("account/", include("fleet.accounts.urls")),
     path("nodes/", include("fleet.nodes.urls")),
     path("pipelines/", include("fleet.pipelines.urls")),
     path("planner/", include("fleet.planner.urls")),

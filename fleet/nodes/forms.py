@@ -45,3 +45,13 @@ class NodeRegisterForm(forms.Form):
 class NodeListFilterForm(forms.Form):
     state = forms.ChoiceField(choices=[("", "Any state"), *NodeState.choices], required=False)
     role = forms.ChoiceField(choices=[("", "Any role"), *NodeRole.choices], required=False)
+
+
+class NodeActionForm(forms.Form):
+    """What a node action's form sends besides the action: why, whether to override the
+    last-healthy-node rule (drain), and the node's version the page showed (a stale one is
+    refused, as a stale ETag is in the API)."""
+
+    reason = forms.CharField(max_length=2000, required=False)
+    force = forms.BooleanField(required=False)
+    node_version = forms.IntegerField(min_value=1, required=False)

@@ -9,4 +9,5 @@ app_name = "nodes"
 urlpatterns = [
     path("", views.node_list, name="list"),
     path("register", views.node_register, name="register"),
+    path("<int:pk>/act/<str:action>", views.node_act, name="act"),
 ]

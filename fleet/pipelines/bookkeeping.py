@@ -48,9 +48,22 @@ def actor_of(actor) -> tuple[object | None, str]:
 
 def locked_pipeline(pipeline_id: int) -> Pipeline:
     try:
-        return Pipeline.objects.select_for_update().get(pk=pipeline_id)
+        pipeline = Pipeline.objects.select_for_update().get(pk=pipeline_id)
     except Pipeline.DoesNotExist as exc:
         raise ValidationError({"pipeline": f"no pipeline {pipeline_id}"}) from exc
+    record_current(pipeline)
+    return pipeline
+
+
+def record_current(pipeline: Pipeline) -> None:
+    """Write the revision of the pipeline's current version if it has none. A pipeline made
+    outside `pipeline_create` (the local demo's rows, the simulator's) starts without one:
+    recorded before its first change, its first configuration stays restorable."""
+    if not PipelineRevision.objects.filter(pipeline=pipeline, version=pipeline.version).exists():
+        made = pipeline.created_at if pipeline.version == 1 else pipeline.updated_at
+        PipelineRevision.objects.create(
+            pipeline=pipeline, version=pipeline.version, config=snapshot(pipeline), created_at=made
+        )
 
 
 def locked_node(node_id: int) -> Node:

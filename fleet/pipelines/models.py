@@ -8,6 +8,8 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
 
+from fleet.pipelines.audit_diff import changes as audit_changes
+
 
 class DrafterKind(models.TextChoices):
     MODEL = "model", "draft model"
@@ -134,3 +136,7 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.actor_label} {self.action} at {self.created_at:%Y-%m-%d %H:%M:%S}"
+
+    def changes(self):
+        """What changed, field by field (`label: old → new`), for people to read."""
+        return audit_changes(self.before or {}, self.after or {})

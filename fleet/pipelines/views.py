@@ -80,11 +80,16 @@ def pipeline_new(request):
 
 
 def actions_context(pipeline: Pipeline) -> dict:
+    table = pipeline.k_policy.get("table") if isinstance(pipeline.k_policy, dict) else None
     return {
         "pipeline": pipeline,
         "free_nodes": selectors.free_nodes()[:200],
-        "other_pipelines": Pipeline.objects.exclude(pk=pipeline.pk).only("id", "name"),
+        # real pipelines first, simulated ones after (labelled); the page preselects none
+        "other_pipelines": Pipeline.objects.exclude(pk=pipeline.pk)
+        .only("id", "name", "simulated")
+        .order_by("simulated", "name"),
         "drafter_kinds": DrafterKind.choices,
+        "k_table_text": ", ".join(f"{b}:{k}" for b, k in table or []),
     }
 
 
@@ -153,16 +158,54 @@ def _act(request, pipeline: Pipeline, action: str) -> str:
     return done.format(**data)
 
 
+# Actions an operator confirms on a page of their own before they happen (no script: CSP).
+CONFIRM = {
+    "unplace": (
+        "Remove {node} from {pipeline}?",
+        "It goes back to the pool of free nodes; sequences it holds are cut short.",
+        "Remove",
+    ),
+}
+
+
+def _confirm_page(request, pipeline: Pipeline, action: str):
+    title, detail, button = CONFIRM[action]
+    node = pipeline.placements.filter(node_id=request.POST.get("node") or 0).first()
+    names = {"node": node.node.name if node else "the node", "pipeline": pipeline.name}
+    carried = [
+        (k, v) for k, v in request.POST.items() if k not in ("csrfmiddlewaretoken", "confirmed")
+    ]
+    return render(
+        request,
+        "confirm.html",
+        {
+            "title": title.format(**names),
+            "detail": detail,
+            "button": button,
+            "action_url": request.path,
+            "carried": carried,
+            "cancel_url": _next_url(request) or f"/pipelines/{pipeline.pk}/",
+        },
+    )
+
+
+def _next_url(request) -> str:
+    target = request.POST.get("next", "")
+    if target and url_has_allowed_host_and_scheme(target, {request.get_host()}):
+        return target
+    return ""
+
+
 @login_required
 @require_POST
 def pipeline_act(request, pk: int, action: str):
     require(request, "operate")
     pipeline = get_object_or_404(Pipeline, pk=pk)
+    if action in CONFIRM and request.POST.get("confirmed") != "yes":
+        return _confirm_page(request, pipeline, action)
     try:
         messages.success(request, _act(request, pipeline, action))
     except (ValidationError, DRFValidationError, Conflict) as exc:
         messages.error(request, f"Refused: {errors_text(exc)}")
-    target = request.POST.get("next", "")
-    if target and url_has_allowed_host_and_scheme(target, {request.get_host()}):
-        return redirect(target)
-    return redirect("console:pipeline", pk=pipeline.pk)
+    target = _next_url(request)
+    return redirect(target) if target else redirect("console:pipeline", pk=pipeline.pk)
