@@ -252,6 +252,7 @@ def derive(acc: Acc, span_s: float) -> dict:
         "running": _round(acc.running_int / span if span else None, 1),
         "waiting": _round(acc.waiting_int / span if span else None, 1),
         "kv_slots_used": _round(acc.kv_int / span if span else None, 1),
+        "kv_usage": _ratio(acc.kv_int, acc.kv_total_int, 3),  # share of the KV slots in use
     }
 
 
