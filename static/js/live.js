@@ -296,6 +296,23 @@
     el._decor = { shapes: shapes, annotations: notes };
     relayout(el, { shapes: shapes, annotations: notes });
   }
+  function appendPoint(el, ts, stats) {
+    if (!el || !el._traces || !window.Plotly || !el.data) return;
+    var when = new Date(ts * 1000);
+    var xs = [],
+      ys = [],
+      idx = [];
+    el._traces.forEach(function (tr, i) {
+      var v = stats[tr.key];
+      xs.push([when]);
+      ys.push([v === null || v === undefined ? null : v * (tr.scale || 1)]);
+      idx.push(i);
+    });
+    var maxPoints = 3600 * 2;
+    Plotly.extendTraces(el, { x: xs, y: ys }, idx, maxPoints);
+    if (el._first === null || el._first === undefined) el._first = when.getTime();
+    if (!el._zoomed) relayout(el, { "xaxis.range": xRange(el) });
+  }
   function barChart(el, xs, ys, color, extraLayout) {
     if (!el || !window.Plotly) return;
     var data = [{ x: xs, y: ys, type: "bar", marker: { color: color }, hovertemplate: "%{x}: %{y:.3~f}<extra></extra>" }];
