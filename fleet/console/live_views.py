@@ -32,7 +32,6 @@ from fleet.nodes.selectors import node_tokens
 from fleet.pipelines.models import Pipeline
 from fleet.telemetry import rollups, snapshot
 
-
 DEFAULT_RANGE = "1h"  # the charts' time range when a page opens
 
 

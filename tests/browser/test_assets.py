@@ -65,10 +65,14 @@ def _first_load_bytes(context, url: str) -> tuple[int, dict[str, int]]:
     cdp.send("Network.setCacheDisabled", {"cacheDisabled": True})
     urls: dict[str, str] = {}
     sizes: dict[str, int] = {}
-    cdp.on("Network.requestWillBeSent", lambda e: urls.__setitem__(e["requestId"], e["request"]["url"]))
+    cdp.on(
+        "Network.requestWillBeSent", lambda e: urls.__setitem__(e["requestId"], e["request"]["url"])
+    )
     cdp.on(
         "Network.loadingFinished",
-        lambda e: sizes.__setitem__(urls.get(e["requestId"], e["requestId"]), int(e["encodedDataLength"])),
+        lambda e: sizes.__setitem__(
+            urls.get(e["requestId"], e["requestId"]), int(e["encodedDataLength"])
+        ),
     )
     page.goto(url, wait_until="networkidle")
     page.wait_for_timeout(500)
@@ -85,7 +89,9 @@ def test_a_live_page_first_load_is_under_1_mb(stack, chromium, viewer):
         node = world["nodes"][0][0]
         for path in (f"/pipelines/{world['pipeline'].pk}/", f"/nodes/{node.pk}/", "/wall/"):
             total, sizes = _first_load_bytes(context, stack.url + path)
-            listing = "\n".join(f"{n:>9} {u}" for u, n in sorted(sizes.items(), key=lambda i: -i[1]))
+            listing = "\n".join(
+                f"{n:>9} {u}" for u, n in sorted(sizes.items(), key=lambda i: -i[1])
+            )
             print(f"\nfirst load of {path}: {total} bytes\n{listing}")
             plotly = [n for u, n in sizes.items() if "plotly" in u]
             assert plotly, "the page should load plotly"
@@ -183,6 +189,22 @@ def test_the_fleet_on_a_phone_shows_its_key_columns(stack, chromium, viewer, scr
         context.close()
 
 
+# The page's width when wider than the screen, and the outermost elements that stick out.
+OVERFLOW = """width => {
+  const doc = document.documentElement.scrollWidth;
+  if (doc <= width) return null;
+  const out = [];
+  for (const el of document.querySelectorAll("body *")) {
+    const r = el.getBoundingClientRect();
+    const up = el.parentElement && el.parentElement.getBoundingClientRect().right > width + 1;
+    if (r.right > width + 1 && !up && !el.closest(".nav"))  // the nav scrolls by itself
+      out.push(el.tagName.toLowerCase() + (el.id ? "#" + el.id : "") + "."
+        + [...el.classList].join(".") + " " + Math.round(r.right));
+  }
+  return doc + "px: " + out.slice(0, 6).join(", ");
+}"""
+
+
 def _pages(world) -> dict[str, str]:
     pipeline, node = world["pipeline"], world["nodes"][0][0]
     return {
@@ -208,11 +230,12 @@ def test_screenshots_of_every_page_at_three_sizes(stack, chromium, admin, screen
     feeder = Feeder(world["nodes"])
     feeder.start()
     broken: list[str] = []
+    overflow: list[str] = []
     try:
         for size, (width, height) in SIZES.items():
             context = chromium.new_context(viewport={"width": width, "height": height})
             page = context.new_page()
-            page.on("pageerror", lambda e, size=size: broken.append(f"{size} {page.url}: {e}"))
+            page.on("pageerror", lambda e, p=page, s=size: broken.append(f"{s} {p.url}: {e}"))
             page.goto(f"{stack.url}/login/")
             page.screenshot(path=str(screenshots / f"login-{size}.png"))
             _login(page, stack.url, admin.username)
@@ -225,8 +248,14 @@ def test_screenshots_of_every_page_at_three_sizes(stack, chromium, admin, screen
                     page.wait_for_selector(".swagger-ui .opblock", timeout=20000)
                 page.wait_for_timeout(1500)  # charts drawn, a live update or two
                 full = name != "wall"  # a wall is one screen, never scrolled
+                wide = page.evaluate(OVERFLOW, width)
+                if wide:
+                    overflow.append(f"{size} {path}: {wide}")
                 page.screenshot(path=str(screenshots / f"{name}-{size}.png"), full_page=full)
+                if name == "pipeline":  # its first screen, as the README shows it
+                    page.screenshot(path=str(screenshots / f"{name}-{size}-screen.png"))
             context.close()
     finally:
         feeder.stop()
+    print("\npages wider than the screen:\n" + "\n".join(overflow))
     assert broken == [], "\n".join(broken)

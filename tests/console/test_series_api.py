@@ -77,9 +77,7 @@ def test_change_markers_and_slos(as_persona, pipeline, operator):
     assert all(m["actor"] == operator.username for m in body["markers"])
     assert not any("→ 3" in t for t in texts)  # another pipeline's change is not drawn here
     assert body["slo"] == {"itl_p99_ms": 80.0, "ttft_p99_ms": 900.0}
-    only = as_persona("viewer").get(
-        f"/api/v1/series/pipeline/{pipeline.pk}?range=5m&parts=markers"
-    )
+    only = as_persona("viewer").get(f"/api/v1/series/pipeline/{pipeline.pk}?range=5m&parts=markers")
     assert set(only.json()) == {"range", "since", "markers"}
 
 
