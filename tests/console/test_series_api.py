@@ -93,3 +93,33 @@ def test_request_and_error_rates_from_generation_records(as_persona, pipeline):
     assert rates["requests_per_s"][busy[0]] == pytest.approx(0.4)  # 4 requests in 10 s
     assert rates["error_rate"][busy[0]] == pytest.approx(0.25)
     assert rates["error_rate"][busy[0] - 1] is None  # no request: no error rate, not 0
+
+
+@pytest.mark.parametrize("scope", ["pipeline", "node", "fleet"])
+def test_query_count_does_not_grow_with_history(as_persona, pipeline, operator, scope):
+    node, _ = f.node(name="gpu-1")
+    f.place(node, pipeline, "verify")
+    api = as_persona("viewer")
+    target = {"pipeline": pipeline.pk, "node": node.pk, "fleet": 0}[scope]
+    url = f"/api/v1/series/{scope}/{target}?range=1h"
+
+    def count() -> int:
+        from django.db import connection
+        from django.test.utils import CaptureQueriesContext
+
+        with CaptureQueriesContext(connection) as ctx:
+            assert api.get(url).status_code == 200
+        return len(ctx.captured_queries)
+
+    count()  # the API key's first use is written down once
+    few = count()
+    finished = timezone.now() - timedelta(minutes=5)
+    for k in (2, 3, 4, 5, 6, 7):
+        pipeline_set_k_policy(
+            pipeline_id=pipeline.pk, actor=operator, k_policy={"mode": "fixed", "k": k}
+        )
+    for _ in range(40):
+        Generation.objects.create(
+            pipeline=pipeline, verifier=node, state=GenerationState.FINISHED, finished_at=finished
+        )
+    assert count() == few
