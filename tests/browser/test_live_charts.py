@@ -1,15 +1,17 @@
 """The live charts in a real Chromium, read from the drawn Plotly graphs: power by role drawn
 side by side (not stacked), the SLO lines, the time-range control, and a change marker that
-appears on an open page after a k change made through the pipeline service."""
+appears on an open page after a k change made through the REST API."""
 
 from __future__ import annotations
 
 import json
 import time
+import urllib.request
 
 import pytest
 
-from fleet.pipelines.services import pipeline_set_k_policy, pipeline_update
+from fleet.accounts.services import api_key_create
+from fleet.pipelines.services import pipeline_update
 from tests.browser.fleetdata import Feeder, build
 from tests.conftest import PASSWORD
 
@@ -41,6 +43,20 @@ def _wait_chart(page, chart_id: str) -> None:
         arg=chart_id,
         timeout=10000,
     )
+
+
+def _set_k(base: str, pipeline_id: int, user, k: int) -> int:
+    """Set k through the REST API (the web process runs the audited service and pushes the
+    new configuration after commit), with an API key of `user`."""
+    _, key = api_key_create(user=user, name="k change")
+    request = urllib.request.Request(
+        f"{base}/api/v1/pipelines/{pipeline_id}/k-policy",
+        data=json.dumps({"k_policy": {"mode": "fixed", "k": k}}).encode(),
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return response.status
 
 
 def _assert_power_side_by_side(traces, history: list) -> None:
@@ -160,9 +176,8 @@ def test_time_range_slo_lines_and_a_change_marker(stack, chromium, viewer, opera
 
         before = len(markers("ch-tokens"))
         changed = time.monotonic()
-        pipeline_set_k_policy(
-            pipeline_id=pipeline.pk, actor=operator, k_policy={"mode": "fixed", "k": 2}
-        )
+        status = _set_k(stack.url, pipeline.pk, operator, 2)  # the operator's REST call
+        assert status == 200
         page.wait_for_function(
             "n => document.getElementById('ch-tokens').layout.annotations"
             ".filter(a => a.name === 'change').length > n",
