@@ -9,6 +9,7 @@ import time
 import pytest
 
 from fleet.accounts.wall_links import wall_link_create
+from fleet.pipelines.services import pipeline_set_k_policy, pipeline_update
 from tests.browser.fleetdata import Feeder, build
 from tests.conftest import PASSWORD
 
@@ -227,6 +228,13 @@ def _pages(world) -> dict[str, str]:
 
 def test_screenshots_of_every_page_at_three_sizes(stack, chromium, admin, screenshots):
     world = build()
+    # SLOs and a k change 4 -> 2, so the charts show their SLO lines and a change marker
+    pipeline_id = world["pipeline"].pk
+    changes = {"slo_itl_p99_ms": 80.0, "slo_ttft_p99_ms": 250.0}
+    pipeline_update(pipeline_id=pipeline_id, actor=admin, changes=changes)
+    for k in (4, 2):
+        policy = {"mode": "fixed", "k": k}
+        pipeline_set_k_policy(pipeline_id=pipeline_id, actor=admin, k_policy=policy)
     feeder = Feeder(world["nodes"])
     feeder.start()
     broken: list[str] = []
