@@ -1,6 +1,5 @@
 """Tandem settings: wiring only. Every value comes from the environment (see README)."""
 
-import importlib.util
 import secrets
 from datetime import timedelta
 from pathlib import Path
@@ -270,13 +269,17 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "/static/"
+# The charting library is plotly.js's basic bundle (static/vendor/plotly: line and bar charts
+# are all the console draws), a quarter of the full bundle the `plotly` wheel ships.
 STATICFILES_DIRS = [BASE_DIR / "static"]
-# The console's charting library, served from the installed `plotly` wheel (never copied into
-# the repository): /static/plotly/plotly.min.js
-_plotly_spec = importlib.util.find_spec("plotly")
-if _plotly_spec and _plotly_spec.origin:
-    STATICFILES_DIRS.append(("plotly", Path(_plotly_spec.origin).parent / "package_data"))
 STATIC_ROOT = DATA_DIR / "staticfiles"
+# collectstatic (`manage.py up`, the browser tests) writes a gzipped copy of each file beside
+# it and WhiteNoise serves that to browsers that accept it: a live page's first load stays
+# under 1 MB. No manifest (hashed names): pages rendered without collectstatic keep working.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
 
 # --- Tandem ----------------------------------------------------------------------------------
 HEARTBEAT_PERIOD_S = env_int("TANDEM_HEARTBEAT_PERIOD_S", 5, minimum=1)

@@ -1,5 +1,5 @@
 """REST API of the console: wall links (admins: list, create -- the token is shown once --,
-revoke) and the processes `manage.py up` supervises (viewers)."""
+revoke), the processes `manage.py up` supervises and the live charts' history (viewers)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,16 @@ from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import generics, serializers, status
+from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from fleet.accounts.access import can
 from fleet.accounts.models import WallLink
 from fleet.accounts.wall_links import wall_link_create, wall_link_revoke, wall_link_url
+from fleet.console.selectors import PARTS, RANGES, history
+from fleet.nodes.models import Node
+from fleet.pipelines.models import Pipeline
 from fleet.supervision import FAILED, RESTARTING, RUNNING, read_state
 
 
@@ -100,3 +105,64 @@ class Processes(APIView):
         children = state.get("children", []) if state else []
         body = {"supervised": state is not None, "processes": children}
         return Response(ProcessesSerializer(body).data)
+
+
+class SeriesQuery(serializers.Serializer):
+    range = serializers.ChoiceField(choices=list(RANGES), default="1h")
+    parts = serializers.CharField(
+        required=False, help_text=f"Comma-separated subset of {', '.join(PARTS)} (default: all)"
+    )
+
+    def validate_parts(self, value: str) -> tuple[str, ...]:
+        parts = tuple(p for p in value.split(",") if p)
+        unknown = sorted(set(parts) - set(PARTS))
+        if unknown or not parts:
+            raise serializers.ValidationError(f"Choose among {', '.join(PARTS)}.")
+        return parts
+
+
+class ChangeMarkerSerializer(serializers.Serializer):
+    ts = serializers.FloatField(help_text="Unix time of the change")
+    actor = serializers.CharField()
+    action = serializers.CharField()
+    text = serializers.CharField(help_text="What changed, e.g. 'k 4 → 2'")
+
+
+class SeriesSerializer(serializers.Serializer):
+    range = serializers.CharField()
+    since = serializers.FloatField()
+    series = serializers.DictField(
+        required=False, help_text="Rollup figures: t (unix s) and one list per field"
+    )
+    rates = serializers.DictField(
+        required=False, help_text="t, requests_per_s, error_rate (from the generation records)"
+    )
+    markers = ChangeMarkerSerializer(many=True, required=False)
+    slo = serializers.DictField(
+        required=False, help_text="The pipeline's SLOs: itl_p99_ms, ttft_p99_ms"
+    )
+
+
+SCOPES = {"fleet": None, "pipeline": Pipeline, "node": Node}
+
+
+class Series(APIView):
+    """GET ?range=5m|1h|6h|24h: a live chart's history for the fleet (id 0), a pipeline or a
+    node, read from the rollups (10 s buckets up to 6 h, 5 min beyond), with request and
+    error rates, the configuration changes in that range (audit log) and the SLOs."""
+
+    method_actions = {"GET": "view"}
+
+    @extend_schema(parameters=[SeriesQuery], responses=SeriesSerializer)
+    def get(self, request, scope: str, pk: int):
+        if scope not in SCOPES:
+            raise NotFound("No such scope: fleet, pipeline or node.")
+        query = SeriesQuery(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        model = SCOPES[scope]
+        obj = get_object_or_404(model, pk=pk) if model is not None else None
+        if not can(request.user, "view", obj):
+            raise PermissionDenied()
+        data = query.validated_data
+        body = history(scope, obj, data["range"], data.get("parts") or PARTS)
+        return Response(SeriesSerializer(body).data)

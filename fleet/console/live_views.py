@@ -32,6 +32,8 @@ from fleet.nodes.selectors import node_tokens
 from fleet.pipelines.models import Pipeline
 from fleet.telemetry import rollups, snapshot
 
+DEFAULT_RANGE = "1h"  # the charts' time range when a page opens
+
 
 @login_required
 def fleet_page(request):
@@ -54,7 +56,8 @@ def pipeline_page(request, pk: int):
     context = {
         "pipeline": pipeline,
         "live": snapshot.read_pipeline(pipeline.pk),
-        "series": rollups.series("pipeline", pipeline.pk, minutes=30),
+        "history": selectors.history("pipeline", pipeline, DEFAULT_RANGE),
+        "ranges": list(selectors.RANGES),
         "placements": pipeline.placements.select_related("node", "node__profile").order_by(
             "role", "node__name"
         ),
@@ -79,7 +82,8 @@ def node_page(request, pk: int):
         "node": node,
         "placement": _placement(node),
         "live": snapshot.read_node(node.pk),
-        "series": rollups.series("node", node.pk, minutes=30),
+        "history": selectors.history("node", node, DEFAULT_RANGE),
+        "ranges": list(selectors.RANGES),
         "generations": selectors.generations_of(node)[:20],
         "tokens": node_tokens(node=node) if can(request.user, "administer") else None,
     }

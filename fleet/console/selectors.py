@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.db.models import Q
+from django.utils import timezone
 
 from fleet.nodes.models import Node
 from fleet.pipelines.models import Pipeline
@@ -44,3 +47,145 @@ def generations_of(node: Node):
         .select_related("pipeline")
         .order_by("-created_at")
     )
+
+
+# --- chart history: time ranges, request/error rates, change markers ------------------------
+
+# The time ranges a live chart offers -> minutes of history (read from the rollups).
+RANGES = {"5m": 5, "1h": 60, "6h": 360, "24h": 1440}
+# Bucket of the request/error rates per range (seconds): about 30..300 points each.
+RATE_BUCKET_S = {"5m": 10, "1h": 60, "6h": 300, "24h": 900}
+MAX_MARKERS = 200
+
+
+PARTS = ("series", "rates", "markers", "slo")
+
+
+def history(scope: str, obj, range_key: str, parts=PARTS) -> dict:
+    """Everything a live chart needs for one time range: the rollup series, request and error
+    rates from the generation records, the configuration changes from the audit log and the
+    pipeline's SLOs (or only the `parts` asked for). `obj` is the Pipeline or Node (None for
+    the fleet)."""
+    from fleet.telemetry import rollups
+
+    minutes = RANGES[range_key]
+    since = timezone.now() - timedelta(minutes=minutes)
+    scope_id = obj.pk if obj is not None else 0
+    out: dict = {"range": range_key, "since": since.timestamp()}
+    if "series" in parts:
+        out["series"] = rollups.series(scope, scope_id, minutes=minutes)
+    if "rates" in parts:
+        out["rates"] = request_rates(scope, obj, since=since, bucket_s=RATE_BUCKET_S[range_key])
+    if "markers" in parts:
+        out["markers"] = change_markers(scope, obj, since=since)
+    if "slo" in parts:
+        out["slo"] = slo_of(scope, obj)
+    return out
+
+
+def slo_of(scope: str, obj) -> dict:
+    pipeline = obj if scope == "pipeline" else None
+    if scope == "node" and obj is not None and _has_placement(obj):
+        pipeline = obj.placement.pipeline
+    if pipeline is None:
+        return {"itl_p99_ms": None, "ttft_p99_ms": None}
+    return {"itl_p99_ms": pipeline.slo_itl_p99_ms, "ttft_p99_ms": pipeline.slo_ttft_p99_ms}
+
+
+def _has_placement(node: Node) -> bool:
+    try:
+        return node.placement is not None
+    except Node.placement.RelatedObjectDoesNotExist:
+        return False
+
+
+def request_rates(scope: str, obj, *, since, bucket_s: int) -> dict:
+    """Finished requests per second and the share that failed, per bucket, counted from the
+    generation records (the serving path writes one row per request). Grouped in the
+    database by second or minute, so the rows read stay bounded whatever the traffic."""
+    from django.db.models import Count
+    from django.db.models.functions import TruncMinute, TruncSecond
+
+    from inference.models import Generation, GenerationState
+
+    qs = Generation.objects.filter(finished_at__gte=since)
+    if scope == "pipeline":
+        qs = qs.filter(pipeline=obj)
+    elif scope == "node":
+        qs = qs.filter(Q(drafter=obj) | Q(verifier=obj))
+    trunc = TruncSecond if bucket_s < 60 else TruncMinute
+    grouped = (
+        qs.annotate(at=trunc("finished_at"))
+        .values("at", "state")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    start = int(since.timestamp()) // bucket_s * bucket_s
+    end = int(timezone.now().timestamp())
+    done: dict[int, int] = {}
+    failed: dict[int, int] = {}
+    for row in grouped:
+        bucket = int(row["at"].timestamp()) // bucket_s * bucket_s
+        done[bucket] = done.get(bucket, 0) + row["n"]
+        if row["state"] == GenerationState.FAILED:
+            failed[bucket] = failed.get(bucket, 0) + row["n"]
+    out: dict[str, list] = {"t": [], "requests_per_s": [], "error_rate": []}
+    for bucket in range(start, end - bucket_s + 1, bucket_s):  # whole buckets only
+        n = done.get(bucket, 0)
+        out["t"].append(bucket + bucket_s)  # a point sits at the end of its bucket
+        out["requests_per_s"].append(round(n / bucket_s, 3))
+        out["error_rate"].append(round(failed.get(bucket, 0) / n, 4) if n else None)
+    return out
+
+
+def change_markers(scope: str, obj, *, since) -> list[dict]:
+    """Configuration changes since `since` from the audit log, oldest first: when, who, what."""
+    from fleet.pipelines.models import AuditEvent
+
+    qs = AuditEvent.objects.filter(created_at__gte=since)
+    if scope == "pipeline":
+        qs = qs.filter(pipeline=obj)
+    elif scope == "node":
+        mine = Q(node=obj)
+        if _has_placement(obj):  # and the changes of the pipeline it serves
+            mine |= Q(pipeline_id=obj.placement.pipeline_id, node__isnull=True)
+        qs = qs.filter(mine)
+    else:
+        qs = qs.filter(Q(pipeline__isnull=False) | Q(node__isnull=False))
+    events = list(qs.order_by("-created_at", "-id")[:MAX_MARKERS])
+    return [
+        {
+            "ts": e.created_at.timestamp(),
+            "actor": e.actor_label,
+            "action": e.action,
+            "text": describe_change(e.action, e.before, e.after),
+        }
+        for e in reversed(events)
+    ]
+
+
+def describe_change(action: str, before: dict, after: dict) -> str:
+    """`k 4 → 2`, `max_verify_batch 16 → 32`: what a change did, in one short line."""
+    parts = []
+    for key in list(after)[:4]:
+        old, new = (before or {}).get(key), after.get(key)
+        if key == "k_policy":
+            parts.append(f"k {_k_text(old)} → {_k_text(new)}")
+        elif isinstance(new, (dict, list)) or isinstance(old, (dict, list)):
+            parts.append(f"{key} changed")
+        else:
+            parts.append(f"{key} {_short(old)} → {_short(new)}")
+    return "; ".join(parts) or action.replace("_", " ")
+
+
+def _k_text(policy) -> str:
+    if not isinstance(policy, dict):
+        return "—"
+    if policy.get("mode") == "fixed":
+        return str(policy.get("k"))
+    return str(policy.get("mode", "—"))
+
+
+def _short(value) -> str:
+    text = "—" if value is None else str(value)
+    return text if len(text) <= 40 else text[:39] + "…"

@@ -9,5 +9,6 @@ app_name = "console-api"
 urlpatterns = [
     path("wall-links", api.WallLinkList.as_view(), name="wall-link-list"),
     path("processes", api.Processes.as_view(), name="processes"),
+    path("series/<str:scope>/<int:pk>", api.Series.as_view(), name="series"),
     path("wall-links/<int:pk>/revoke", api.WallLinkRevoke.as_view(), name="wall-link-revoke"),
 ]

@@ -318,7 +318,15 @@ def derive(acc: Acc, span_s: float) -> dict:
         "running": _round(acc.running_int / span if span else None, 1),
         "waiting": _round(acc.waiting_int / span if span else None, 1),
         "kv_slots_used": _round(acc.kv_int / span if span else None, 1),
+        "kv_usage": _kv_usage(acc),
     }
+
+
+def _kv_usage(acc: Acc) -> float | None:
+    """Share of the KV slots in use (time-weighted). The slots' names are set from SCALARS,
+    which mypy cannot see."""
+    used, total = (getattr(acc, name) for name in ("kv_int", "kv_total_int"))
+    return _ratio(used, total, 3)
 
 
 def _round(value: float | None, digits: int) -> float | None:

@@ -19,6 +19,7 @@ SERIES_FIELDS = (
     "itl_p50_ms",
     "itl_p99_ms",
     "ttft_p50_ms",
+    "ttft_p99_ms",
     "power_w",
     "power_draft_w",
     "power_verify_w",
@@ -28,6 +29,9 @@ SERIES_FIELDS = (
     "tokens_per_j_verify",
     "utilization",
     "queue_depth",
+    "running",
+    "waiting",
+    "kv_usage",
 )
 
 

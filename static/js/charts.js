@@ -25,7 +25,19 @@
     utilization: function (v) { return T.pct(v, 0); },
     queue_depth: function (v) { return T.fmt(v, 0); },
     running: function (v) { return T.fmt(v, 0); },
+    waiting: function (v) { return T.fmt(v, 0); },
+    kv_usage: function (v) { return T.pct(v, 0); },
+    ttft_p99_ms: function (v) { return T.fmt(v, 0); },
   };
+
+  /* Request and error rates come from the generation records (the history API), not from the
+     live stream: they are refreshed every RATES_MS. */
+  var RATES = ["ch-rates", [
+    { key: "requests_per_s", name: "requests/s", color: C.tokens, unit: "/s" },
+    { key: "error_rate", name: "errors", color: C.p99, scale: 100, unit: "%", axis: "y2" },
+  ], { yaxis2: { overlaying: "y", side: "right", rangemode: "tozero", ticksuffix: "%", gridcolor: "rgba(0,0,0,0)", color: C.p99 } }];
+  var RATES_MS = 15000;
+  var RANGE_MS = { "5m": 5 * 60000, "1h": 3600000, "6h": 6 * 3600000, "24h": 24 * 3600000 };
 
   var CHARTS = [
     ["ch-accept", [
@@ -38,10 +50,19 @@
     ["ch-itl", [
       { key: "itl_p50_ms", name: "p50", color: C.p50, unit: "ms" },
       { key: "itl_p99_ms", name: "p99", color: C.p99, unit: "ms" },
+    ], null, [{ key: "itl_p99_ms", label: "SLO ITL p99" }]],
+    ["ch-ttft", [
+      { key: "ttft_p50_ms", name: "p50", color: C.p50, unit: "ms" },
+      { key: "ttft_p99_ms", name: "p99", color: C.p99, unit: "ms" },
+    ], null, [{ key: "ttft_p99_ms", label: "SLO TTFT p99" }]],
+    ["ch-queue", [
+      { key: "running", name: "running", color: C.tokens },
+      { key: "waiting", name: "waiting (queue)", color: C.p50 },
     ]],
+    ["ch-kv", [{ key: "kv_usage", name: "KV slots in use", color: C.verify, scale: 100, unit: "%" }], { yaxis: { ticksuffix: "%", range: [0, 100], gridcolor: C.grid } }],
     ["ch-power", [
-      { key: "power_draft_w", name: "drafting", color: C.draft, stack: "p", unit: "W" },
-      { key: "power_verify_w", name: "verification", color: C.verify, stack: "p", unit: "W" },
+      { key: "power_draft_w", name: "drafting", color: C.draft, unit: "W" },
+      { key: "power_verify_w", name: "verification", color: C.verify, unit: "W" },
     ]],
     ["ch-tpj", [
       { key: "tokens_per_j", name: "all", color: C.tpj },
@@ -92,14 +113,73 @@
     T.setText(document, "#n-verify", counts.verify + " live");
   }
 
+  function refs(spec, slo) {
+    return (spec[3] || []).map(function (r) {
+      var y = (slo || {})[r.key];
+      return { key: r.key, y: y, label: r.label + " " + T.fmt(y, 0) + " ms" };
+    });
+  }
+
   function page(opts) {
-    var series = T.jsonScript("series-data") || { t: [] };
+    var hist = T.jsonScript("history-data") || {};
     var live = T.jsonScript("live-data");
+    var api = "/api/v1/series/" + opts.kind + "/" + opts.id;
+    var state = { range: hist.range || "1h", markers: hist.markers || [], slo: hist.slo || {}, version: null };
     var charts = [];
     CHARTS.forEach(function (spec) {
       var el = document.getElementById(spec[0]);
-      if (el && T.lineChart(el, series, spec[1], spec[2])) charts.push(el);
+      if (el && T.lineChart(el, hist.series || { t: [] }, spec[1], spec[2])) {
+        el._spec = spec;
+        el._windowMs = RANGE_MS[state.range];
+        charts.push(el);
+      }
     });
+    var ratesEl = document.getElementById(RATES[0]);
+    if (ratesEl && T.lineChart(ratesEl, hist.rates || { t: [] }, RATES[1], RATES[2])) ratesEl._spec = RATES;
+    function all() { return ratesEl && ratesEl.data ? charts.concat([ratesEl]) : charts; }
+    function decorateAll() {
+      all().forEach(function (el) { T.decorate(el, state.markers, refs(el._spec, state.slo)); });
+    }
+    decorateAll();
+
+    function load(parts) {
+      var url = api + "?range=" + encodeURIComponent(state.range) + (parts ? "&parts=" + parts : "");
+      return fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
+        .then(function (r) { if (!r.ok) throw new Error("history: " + r.status); return r.json(); });
+    }
+    function setRange(range) {
+      state.range = range;
+      document.querySelectorAll("[data-range]").forEach(function (b) {
+        b.setAttribute("aria-pressed", b.dataset.range === range ? "true" : "false");
+      });
+      var box = document.getElementById("range-control");
+      if (box) box.dataset.loading = "1";
+      return load().then(function (h) {
+        if (h.range !== state.range) return; // another click won
+        state.markers = h.markers || [];
+        state.slo = h.slo || {};
+        charts.forEach(function (el) { T.setSeries(el, h.series || { t: [] }, RANGE_MS[range]); });
+        if (ratesEl && ratesEl.data) T.setSeries(ratesEl, h.rates || { t: [] }, RANGE_MS[range]);
+        decorateAll();
+        if (box) { delete box.dataset.loading; box.dataset.shown = range; }
+      }).catch(function (e) { console.warn(e); if (box) delete box.dataset.loading; });
+    }
+    document.querySelectorAll("[data-range]").forEach(function (b) {
+      b.addEventListener("click", function () { setRange(b.dataset.range); });
+    });
+    /* A configuration change (a new version on the socket): fetch the markers again. */
+    function refreshMarkers() {
+      load("markers,rates").then(function (h) {
+        state.markers = h.markers || [];
+        state.slo = h.slo || state.slo;
+        if (ratesEl && ratesEl.data && !ratesEl._zoomed) T.setSeries(ratesEl, h.rates || { t: [] });
+        decorateAll();
+      }).catch(function (e) { console.warn(e); });
+    }
+    setInterval(function () {
+      if (!document.hidden) refreshMarkers();
+    }, RATES_MS);
+
     var pointDue = T.every(2000);
     var barsDue = T.every(1000);
     function onStats(ts, stats, nodes) {
@@ -123,6 +203,8 @@
             T.setText(document, '[data-c="max_verify_batch"]', String(m.config.max_verify_batch));
             T.setText(document, '[data-c="max_batch_wait_ms"]', String(m.config.max_batch_wait_ms));
             T.setText(document, '[data-c="version"]', String(m.config.version));
+            if (state.version !== null && m.config.version !== state.version) refreshMarkers();
+            state.version = m.config.version;
           }
         } else if (m.type === "node.update") {
           onStats(m.ts, m.stats, null);

@@ -16,6 +16,7 @@
     power: "#e3e7ef",
     tpj: "#3ecf8e",
     util: "#4cc9f0",
+    marker: "#e3e7ef",
     grid: "#232a38",
     text: "#8b95a7",
   };
@@ -180,16 +181,29 @@
     return Object.assign(base, extra || {});
   }
   var CONFIG = { displayModeBar: false, responsive: true };
+  var WINDOW_MS = 30 * 60 * 1000;
+  /* The chosen range (el._windowMs). Until one is chosen, no more than the history there is
+     (a fresh fleet fills the chart). */
+  function xRange(el) {
+    var now = Date.now();
+    var start = now - (el._windowMs || WINDOW_MS);
+    if (!el._explicit) {
+      if (el._first !== null && el._first !== undefined) start = Math.max(start, el._first - 60000);
+      else start = now - 60000;
+    }
+    return [new Date(start), new Date(now + 5000)];
+  }
 
   function times(series) {
     return (series.t || []).map(function (t) {
       return new Date(t * 1000);
     });
   }
-  function lineChart(el, series, traces, extraLayout) {
-    if (!el || !window.Plotly) return null;
+  /* Traces are drawn side by side, never stacked: "verification" is the verifiers' power,
+     not drafting + verification. A trace may read another series (tr.from: "rates"). */
+  function traceData(series, traces) {
     var x = times(series);
-    var data = traces.map(function (tr) {
+    return traces.map(function (tr) {
       return {
         x: x.slice(),
         y: (series[tr.key] || []).map(function (v) {
@@ -198,29 +212,89 @@
         name: tr.name,
         type: "scatter",
         mode: "lines",
+        yaxis: tr.axis || "y",
         line: { color: tr.color, width: 2, shape: "spline", smoothing: 0.6 },
         fill: tr.fill || "none",
         fillcolor: tr.fillcolor,
-        stackgroup: tr.stack,
         connectgaps: false,
         hovertemplate: "%{y:.3~f}" + (tr.unit ? " " + tr.unit : "") + "<extra>" + tr.name + "</extra>",
       };
     });
+  }
+  function lineChart(el, series, traces, extraLayout) {
+    if (!el || !window.Plotly) return null;
+    var data = traceData(series, traces);
+    var x = data.length ? data[0].x : [];
     el._first = x.length ? x[0].getTime() : null;
+    if (!el._windowMs) el._windowMs = WINDOW_MS;
     var extra = Object.assign({ showlegend: traces.length > 1 }, extraLayout);
     extra.xaxis = Object.assign({}, layout().xaxis, extra.xaxis || {}, { range: xRange(el) });
     Plotly.newPlot(el, data, layout(extra), CONFIG);
     el._traces = traces;
+    el._decor = { shapes: [], annotations: [] };
+    // Plotly's own zoom (drag a box; double-click resets): while zoomed, live points do not
+    // move the window under the operator's feet
+    el.on("plotly_relayout", function (ev) {
+      if (el._selfRelayout) return;
+      if (ev["xaxis.range[0]"] || ev["xaxis.range"]) el._zoomed = true;
+      if (ev["xaxis.autorange"]) {
+        el._zoomed = false;
+        relayout(el, { "xaxis.range": xRange(el) });
+      }
+    });
     return el;
   }
-  var WINDOW_MS = 30 * 60 * 1000;
-  /* The last 30 minutes, or less while there is less history (a fresh fleet fills the chart). */
-  function xRange(el) {
-    var now = Date.now();
-    var start = now - WINDOW_MS;
-    if (el._first !== null && el._first !== undefined) start = Math.max(start, el._first - 60000);
-    else start = now - 60000;
-    return [new Date(start), new Date(now + 5000)];
+  function relayout(el, update) {
+    el._selfRelayout = true;
+    try {
+      Plotly.relayout(el, update);
+    } finally {
+      el._selfRelayout = false;
+    }
+  }
+  /* Replace a chart's history (a new time range) and set its window. */
+  function setSeries(el, series, windowMs) {
+    if (!el || !el._traces || !window.Plotly) return;
+    var data = traceData(series, el._traces);
+    el._first = data.length && data[0].x.length ? data[0].x[0].getTime() : null;
+    if (windowMs) {
+      el._windowMs = windowMs;
+      el._explicit = true;
+    }
+    el._zoomed = false;
+    var lay = Object.assign({}, el.layout);
+    lay.xaxis = Object.assign({}, el.layout.xaxis, { range: xRange(el), autorange: false });
+    el._selfRelayout = true;
+    try {
+      Plotly.react(el, data, lay, CONFIG);
+    } finally {
+      el._selfRelayout = false;
+    }
+  }
+  /* Vertical markers for configuration changes (who changed what, on hover) and horizontal
+     reference lines (SLOs), drawn as layout shapes with labelled annotations. */
+  function decorate(el, markers, refs) {
+    if (!el || !el.data || !window.Plotly) return;
+    var shapes = [];
+    var notes = [];
+    (refs || []).forEach(function (r) {
+      if (r.y === null || r.y === undefined) return;
+      shapes.push({ type: "line", name: "ref:" + r.key, xref: "paper", x0: 0, x1: 1, yref: "y", y0: r.y, y1: r.y,
+        line: { color: r.color || COLORS.p99, width: 1.5, dash: "dash" } });
+      notes.push({ xref: "paper", x: 1, xanchor: "right", yref: "y", y: r.y, yanchor: "bottom", showarrow: false,
+        text: esc(r.label), font: { size: 10, color: r.color || COLORS.p99 } });
+    });
+    (markers || []).forEach(function (m) {
+      var when = new Date(m.ts * 1000);
+      var time = when.toLocaleTimeString([], { hour12: false });
+      shapes.push({ type: "line", name: "change", xref: "x", x0: when, x1: when, yref: "paper", y0: 0, y1: 1,
+        line: { color: COLORS.marker, width: 1, dash: "dot" } });
+      notes.push({ xref: "x", x: when, yref: "paper", y: 1, yanchor: "top", xanchor: "left", showarrow: false,
+        text: "⚑", font: { size: 11, color: COLORS.marker }, name: "change",
+        hovertext: esc(time + " · " + m.actor + " · " + m.text), captureevents: true });
+    });
+    el._decor = { shapes: shapes, annotations: notes };
+    relayout(el, { shapes: shapes, annotations: notes });
   }
   function appendPoint(el, ts, stats) {
     if (!el || !el._traces || !window.Plotly || !el.data) return;
@@ -237,7 +311,7 @@
     var maxPoints = 3600 * 2;
     Plotly.extendTraces(el, { x: xs, y: ys }, idx, maxPoints);
     if (el._first === null || el._first === undefined) el._first = when.getTime();
-    Plotly.relayout(el, { "xaxis.range": xRange(el) });
+    if (!el._zoomed) relayout(el, { "xaxis.range": xRange(el) });
   }
   function barChart(el, xs, ys, color, extraLayout) {
     if (!el || !window.Plotly) return;
@@ -272,6 +346,8 @@
     setHTML: setHTML,
     LiveSocket: LiveSocket,
     lineChart: lineChart,
+    setSeries: setSeries,
+    decorate: decorate,
     appendPoint: appendPoint,
     barChart: barChart,
     every: every,

@@ -14,5 +14,5 @@ document.addEventListener("DOMContentLoaded", function () {
       if (src.innerHTML !== html) src.innerHTML = html;
     };
   }
-  window.TandemCharts.page({ socketPath: "/ws/live/", subscribe: [{ topic: kind, id: Number(page.dataset.id) }], kind: kind });
+  window.TandemCharts.page({ socketPath: "/ws/live/", subscribe: [{ topic: kind, id: Number(page.dataset.id) }], kind: kind, id: Number(page.dataset.id) });
 });

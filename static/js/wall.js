@@ -51,8 +51,8 @@
       [{ key: "tokens_per_s", name: "tokens/s", color: C.tokens, fill: "tozeroy", fillcolor: "rgba(122,162,255,0.14)" }],
       { font: { color: C.text, size: 13 } });
     var chPower = T.lineChart(document.getElementById("w-power"), fleetSeries, [
-      { key: "power_draft_w", name: "drafting", color: C.draft, stack: "p", unit: "W" },
-      { key: "power_verify_w", name: "verification", color: C.verify, stack: "p", unit: "W" },
+      { key: "power_draft_w", name: "drafting", color: C.draft, unit: "W" },
+      { key: "power_verify_w", name: "verification", color: C.verify, unit: "W" },
     ], { font: { color: C.text, size: 13 } });
 
     function card(p) {
@@ -157,11 +157,33 @@
       }
     }
 
+    /* A screen that cannot vouch for its numbers goes dark at once and says why: its link
+       revoked, the server gone, or no fresh telemetry. Live again: full brightness. */
+    var DARK = { denied: true, down: true, stale: true };
+    function dim(state, detail) {
+      var note = document.getElementById("wall-dark");
+      if (DARK[state]) {
+        document.body.classList.add("wall-dark");
+        if (note) {
+          note.hidden = false;
+          note.querySelector(".why").textContent =
+            state === "denied" ? "This wall link was revoked or has expired: the figures below are no longer live."
+              : state === "down" ? "Lost the connection to Tandem: the figures below are frozen."
+                : "No fresh telemetry: the figures below are not current.";
+          note.querySelector(".detail").textContent = detail;
+        }
+      } else if (state === "live") {
+        document.body.classList.remove("wall-dark");
+        if (note) note.hidden = true;
+      }
+    }
+
     if (data.live) onFleet(data.live, false);
     // a protocol name may not hold ":" (the token's separator): it travels as "."
     var protocols = token ? ["tandem.wall", "tandem.wall-token." + token.replace(/:/g, ".")] : null;
     new T.LiveSocket("/ws/wall/", {
       protocols: protocols,
+      onStatus: dim,
       onMessage: function (m) {
         if (m.type === "fleet.update") onFleet(m, pointDue());
       },

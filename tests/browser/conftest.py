@@ -118,7 +118,7 @@ class Stack:
 
 @pytest.fixture(scope="session")
 def collected_static():
-    """WhiteNoise serves what collectstatic gathered (plotly from its package included)."""
+    """WhiteNoise serves what collectstatic gathered (gzipped copies included)."""
     call_command("collectstatic", interactive=False, verbosity=0)
 
 

@@ -74,7 +74,7 @@ def test_pages_render_the_live_state_for_a_viewer(world, viewer):
     assert "pill-simulated" in body
     pipeline = alice.get(f"/pipelines/{world['pipeline'].pk}/").content.decode()
     assert "60.0%" in pipeline  # acceptance rate from the snapshot
-    assert 'id="ch-accept"' in pipeline and "plotly/plotly.min.js" in pipeline
+    assert 'id="ch-accept"' in pipeline and "plotly/plotly-basic.min.js" in pipeline
     assert 'id="actions"' not in pipeline  # viewers get no action controls
     node = alice.get(f"/nodes/{world['v'].pk}/").content.decode()
     assert "Generations it serves" in node and "Test GPU" in node
@@ -92,9 +92,11 @@ def test_fleet_page_with_no_aggregator_running(viewer):
     assert "No nodes yet" in body
 
 
-def test_plotly_is_served_from_the_installed_package():
-    path = finders.find("plotly/plotly.min.js")
-    assert path and "site-packages" in path
+def test_plotly_is_its_basic_bundle():
+    path = finders.find("vendor/plotly/plotly-basic.min.js")
+    assert path, "static/vendor/plotly/plotly-basic.min.js is missing"
+    with open(path, encoding="utf-8") as fh:
+        assert "plotly.js (basic - minified)" in fh.read(200)
 
 
 def test_wall_by_signed_link_only_opens_the_wall(world, admin):

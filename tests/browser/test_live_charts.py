@@ -1,0 +1,201 @@
+"""The live charts in a real Chromium, read from the drawn Plotly graphs: power by role drawn
+side by side (not stacked), the SLO lines, the time-range control, and a change marker that
+appears on an open page after a k change made through the REST API."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+
+import pytest
+
+from fleet.accounts.services import api_key_create
+from fleet.pipelines.services import pipeline_update
+from tests.browser.fleetdata import Feeder, build
+from tests.conftest import PASSWORD
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+# Each trace of a chart as drawn: its stackgroup and the y Plotly computed per point (a
+# stacked trace's calcdata y is the running sum; an unstacked one is the value itself).
+DRAWN = """id => {
+  const el = document.getElementById(id);
+  return el._fullData.map((t, i) => ({
+    name: t.name, stackgroup: t.stackgroup || "",
+    raw: el.data[i].y, drawn: el.calcdata[i].map(p => (typeof p.y === "number" ? p.y : null)),
+  }));
+}"""
+
+
+def _login(page, base: str, username: str) -> None:
+    page.goto(f"{base}/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(lambda url: "/login/" not in url)
+
+
+def _wait_chart(page, chart_id: str) -> None:
+    page.wait_for_selector("#live-status.live-live", timeout=15000)
+    page.wait_for_function(
+        "id => { const el = document.getElementById(id); return !!(el && el.calcdata); }",
+        arg=chart_id,
+        timeout=10000,
+    )
+
+
+def _set_k(base: str, pipeline_id: int, user, k: int) -> int:
+    """Set k through the REST API (the web process runs the audited service and pushes the
+    new configuration after commit), with an API key of `user`."""
+    _, key = api_key_create(user=user, name="k change")
+    request = urllib.request.Request(
+        f"{base}/api/v1/pipelines/{pipeline_id}/k-policy",
+        data=json.dumps({"k_policy": {"mode": "fixed", "k": k}}).encode(),
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return response.status
+
+
+def _assert_power_side_by_side(traces, history: list) -> None:
+    draft, verify = traces
+    assert draft["name"] == "drafting" and verify["name"] == "verification"
+    assert draft["stackgroup"] == "" and verify["stackgroup"] == ""
+    # the verification line is drawn at the verifiers' power, point by point, as sent
+    n = len(history)
+    assert n > 100, "the fleet's 30 minutes of history should be on the chart"
+    for sent, drawn in zip(history, verify["drawn"][:n], strict=True):
+        if sent is None:
+            assert drawn is None
+        else:
+            assert drawn == pytest.approx(sent, abs=0.05)
+
+
+def test_power_by_role_is_not_stacked(stack, chromium, viewer):
+    world = build()
+    feeder = Feeder(world["nodes"])
+    feeder.start()
+    context = chromium.new_context(viewport={"width": 1440, "height": 900})
+    page = context.new_page()
+    frames: list[str] = []
+    page.on("websocket", lambda ws: ws.on("framereceived", lambda data: frames.append(data)))
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        _login(page, stack.url, viewer.username)
+        for url in (f"/pipelines/{world['pipeline'].pk}/", f"/nodes/{world['nodes'][2][0].pk}/"):
+            page.goto(stack.url + url)
+            _wait_chart(page, "ch-power")
+            history = page.evaluate(
+                "() => JSON.parse(document.getElementById('history-data').textContent)"
+                ".series.power_verify_w"
+            )
+            _assert_power_side_by_side(page.evaluate(DRAWN, "ch-power"), history)
+        # a drafter draws no verification power however much it drafts
+        drafter = page.evaluate(DRAWN, "ch-power")
+        assert max(v or 0 for v in drafter[0]["drawn"]) > 10
+        assert max(v or 0 for v in drafter[1]["drawn"]) == 0
+
+        # the wall: its fleet power chart, with the live points the socket delivered
+        page.goto(f"{stack.url}/wall/")
+        page.wait_for_selector("#live-status.live-live", timeout=15000)
+        page.wait_for_function(
+            "() => { const el = document.getElementById('w-power'); "
+            "return el && el.calcdata && el.data[1].y.length > 182; }",
+            timeout=15000,
+        )
+        drawn = page.evaluate(DRAWN, "w-power")
+        assert all(t["stackgroup"] == "" for t in drawn)
+        sent = set()
+        for text in frames:
+            message = json.loads(text)
+            if message.get("type") == "fleet.update":
+                value = message["stats"].get("power_verify_w")
+                if value is not None:
+                    sent.add(round(value, 1))
+        live_point = drawn[1]["drawn"][-1]
+        assert round(live_point, 1) in sent, (live_point, sorted(sent)[-5:])
+        assert errors == []
+    finally:
+        context.close()
+        feeder.stop()
+
+
+def test_time_range_slo_lines_and_a_change_marker(stack, chromium, viewer, operator):
+    world = build()
+    pipeline = world["pipeline"]
+    pipeline_update(
+        pipeline_id=pipeline.pk,
+        actor=operator,
+        changes={"slo_itl_p99_ms": 60.0, "slo_ttft_p99_ms": 400.0},
+    )
+    feeder = Feeder(world["nodes"])
+    feeder.start()
+    context = chromium.new_context(viewport={"width": 1440, "height": 900})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        _login(page, stack.url, viewer.username)
+        page.goto(f"{stack.url}/pipelines/{pipeline.pk}/")
+        _wait_chart(page, "ch-itl")
+
+        # the configured SLOs are horizontal lines on the latency charts
+        shapes = page.evaluate(
+            "id => document.getElementById(id).layout.shapes.map(s => [s.name, s.y0, s.y1])",
+            "ch-itl",
+        )
+        assert ["ref:itl_p99_ms", 60.0, 60.0] in shapes, shapes
+        shapes = page.evaluate(
+            "id => document.getElementById(id).layout.shapes.map(s => [s.name, s.y0])", "ch-ttft"
+        )
+        assert ["ref:ttft_p99_ms", 400.0] in shapes, shapes
+
+        span = (
+            "id => { const r = document.getElementById(id).layout.xaxis.range; "
+            "return (new Date(r[1]) - new Date(r[0])) / 60000; }"
+        )
+        for label, minutes in (("5m", 5), ("24h", 1440), ("1h", 60)):
+            page.click(f"#range-control [data-range='{label}']")
+            page.wait_for_selector(f"#range-control[data-shown='{label}']", timeout=5000)
+            for chart in ("ch-tokens", "ch-power", "ch-queue", "ch-rates"):
+                shown = page.evaluate(span, chart)
+                assert shown == pytest.approx(minutes + 5 / 60, abs=0.2), (label, chart, shown)
+        points_1h = page.evaluate("() => document.getElementById('ch-tokens').data[0].x.length")
+        assert points_1h >= 180  # the 30 minutes of 10 s rollups
+
+        # a k change made while the page is open: a marker on every chart, saying who and what
+        def markers(chart):
+            return page.evaluate(
+                "id => document.getElementById(id).layout.annotations"
+                ".filter(a => a.name === 'change').map(a => a.hovertext)",
+                chart,
+            )
+
+        before = len(markers("ch-tokens"))
+        changed = time.monotonic()
+        status = _set_k(stack.url, pipeline.pk, operator, 2)  # the operator's REST call
+        assert status == 200
+        page.wait_for_function(
+            "n => document.getElementById('ch-tokens').layout.annotations"
+            ".filter(a => a.name === 'change').length > n",
+            arg=before,
+            timeout=10000,
+        )
+        elapsed = time.monotonic() - changed
+        for chart in ("ch-accept", "ch-tokens", "ch-power", "ch-itl", "ch-queue", "ch-rates"):
+            notes = markers(chart)
+            assert notes and "k " in notes[-1] and "→ 2" in notes[-1], (chart, notes)
+            assert operator.username in notes[-1]
+        lines = page.evaluate(
+            "() => document.getElementById('ch-tokens').layout.shapes"
+            ".filter(s => s.name === 'change').length"
+        )
+        assert lines == before + 1
+        print(f"change marker on the open page {elapsed:.1f} s after the k change")
+        assert errors == []
+    finally:
+        context.close()
+        feeder.stop()
