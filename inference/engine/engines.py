@@ -245,7 +245,8 @@ class VerifyEngine:
                 first = sample(logits_to_probs(logits, params), params, [s.gen for s in seqs])
             dt = time.perf_counter() - t0
             self.counters.record_prefill(dt, int(n.sum()))
-            for i, ((sid, prompt, pr), s, t) in enumerate(zip(run, seqs, first.tolist())):
+            firsts = zip(run, seqs, first.tolist(), strict=True)
+            for i, ((sid, prompt, pr), s, t) in enumerate(firsts):
                 s.counters.record_prefill(dt, len(prompt))
                 if pr.max_tokens == 0:  # scored, not continued
                     r = s.result = VerifyResult(sid, [], finished=True, finish_reason="length")

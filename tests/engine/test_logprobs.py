@@ -60,7 +60,8 @@ def test_greedy_logprobs_equal_a_direct_forward(target, draft_model, kind):
     outs, _ = _generate(target, draft_model, kind, params)
     _check_emitted(target, outs, 3)
     for o in outs:  # greedy: the emitted token is the most likely one
-        assert all(alts[0][0] == tok for tok, (_, alts) in zip(o.token_ids, o.logprobs))
+        pairs = zip(o.token_ids, o.logprobs, strict=True)
+        assert all(alts[0][0] == tok for tok, (_, alts) in pairs)
 
 
 @pytest.mark.parametrize("kind", ["plain", "model"])
