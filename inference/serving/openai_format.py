@@ -153,7 +153,7 @@ def common_options(body: dict, *, chat: bool = False) -> Options:
                 400, "'top_logprobs' needs 'logprobs' to be true.", param="top_logprobs"
             )
         return options
-    if body.get("logprobs") not in (None, False):
+    if body.get("logprobs") is not None and body["logprobs"] is not False:  # 0 is on
         options.logprobs = _count(body, "logprobs", 0, MAX_LOGPROBS, 0)
     options.echo = _flag(body, "echo")
     options.best_of = _count(body, "best_of", 1, MAX_BEST_OF, n)

@@ -3,9 +3,10 @@
 
 Completions (legacy): ``{"tokens", "token_logprobs", "top_logprobs", "text_offset"}``, one
 item per token; ``top_logprobs`` maps token text to logprob and also holds the sampled token
-(so up to N + 1 entries, as OpenAI and vLLM do); an echoed prompt's first token has
-``null`` logprob and ``null`` top_logprobs. ``text_offset`` is each token's offset in the
-choice's returned text (vLLM's convention).
+(so up to N + 1 entries, as OpenAI and vLLM do; tokens that decode to the same text, such
+as byte tokens that are each "\ufffd" alone, share a key holding the larger logprob); an
+echoed prompt's first token has ``null`` logprob and ``null`` top_logprobs. ``text_offset``
+is each token's offset in the choice's returned text (vLLM's convention).
 
 Chat: ``{"content": [{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob",
 "bytes"}, ...]}], "refusal": null}``.
@@ -86,7 +87,9 @@ def completion_logprobs(
             out["top_logprobs"].append(None)
             continue
         logprob, alternatives = entry
-        top = {token(tok, i)[0]: lp for i, lp in alternatives}
+        top: dict[str, float] = {}
+        for i, lp in alternatives:  # most likely first: a text two tokens share keeps the max
+            top.setdefault(token(tok, i)[0], lp)
         top.setdefault(text, logprob)  # the sampled token is always there
         out["token_logprobs"].append(logprob)
         out["top_logprobs"].append(top)
