@@ -231,10 +231,11 @@ class VerifyEngine:
         if run:
             t0 = time.perf_counter()
             seqs = [self.seqs[sid] for sid, _, _ in run]
-            for s in seqs:
-                s.slot = self.cache.allocate()
+            slots = [self.cache.allocate() for _ in seqs]
+            for s, slot in zip(seqs, slots, strict=True):
+                s.slot = slot
             x, n = right_pad([p for _, p, _ in run], self.device)
-            h = self.model.hidden(x, self.cache, [s.slot for s in seqs], n)
+            h = self.model.hidden(x, self.cache, slots, n)
             logits = self.model.logits(
                 h[torch.arange(len(run), device=h.device), n.to(h.device) - 1]
             )
@@ -250,7 +251,7 @@ class VerifyEngine:
                 s.counters.record_prefill(dt, len(prompt))
                 if pr.max_tokens == 0:  # scored, not continued
                     r = s.result = VerifyResult(sid, [], finished=True, finish_reason="length")
-                    self.cache.free(s.slot)
+                    self.cache.free(slots[i])
                     s.slot = None
                 else:
                     lp = None

@@ -375,12 +375,15 @@ async def _events(job: Job, *, keepalive_s: float | None = None) -> AsyncIterato
     (None, "timeout") if they all go quiet; with `keepalive_s`, (None, "keepalive") ticks
     while silent. One generation: one `follow`; several: one connection for all."""
     ids = [c.generation.id for c in job.choices]
-    kwargs = dict(keepalive_s=keepalive_s, idle_timeout_s=IDLE_TIMEOUT_S, block_ms=BLOCK_MS)
     if len(ids) == 1:
-        async for _id, event in sse.follow(ids[0], **kwargs):
+        async for _id, event in sse.follow(
+            ids[0], keepalive_s=keepalive_s, idle_timeout_s=IDLE_TIMEOUT_S, block_ms=BLOCK_MS
+        ):
             yield (None if _id is None else 0), event
     else:
-        async for i, event in sse.follow_many(ids, **kwargs):
+        async for i, event in sse.follow_many(
+            ids, keepalive_s=keepalive_s, idle_timeout_s=IDLE_TIMEOUT_S, block_ms=BLOCK_MS
+        ):
             yield i, event
 
 

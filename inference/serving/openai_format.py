@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.http import JsonResponse
 
@@ -175,7 +176,8 @@ def _token_ids(value) -> bool:
 def completion_prompts(body: dict, options: Options) -> list[str | list[int]]:
     """The prompts of a completions request: a string, a list of strings, token ids, or a
     list of token id lists (what lm-evaluation-harness sends)."""
-    prompt = body.get("prompt")
+    prompt: Any = body.get("prompt")
+    prompts: list[str | list[int]]
     if isinstance(prompt, str) or _token_ids(prompt):
         prompts = [prompt]
     elif (

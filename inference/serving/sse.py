@@ -115,12 +115,12 @@ async def _pump_many(
     """`_pump` for several streams on ONE connection (one XREAD over all keys): a request
     with n choices or a list of prompts holds one connection, not one per generation."""
     client = aioredis.Redis.from_url(redis_clients.redis_url())
-    cursors = dict.fromkeys(keys, "0")
+    cursors: dict[Any, Any] = dict.fromkeys(keys, "0")
     index = {key: i for i, key in enumerate(keys)}
     quiet_since = time.monotonic()
     try:
         while cursors and not stop.is_set():
-            reply: Any = await client.xread(dict(cursors), count=100, block=block_ms)
+            reply: Any = await client.xread(cursors, count=100, block=block_ms)
             if not reply:
                 if time.monotonic() - quiet_since > idle_timeout_s:
                     queue.put_nowait((None, {"type": TIMEOUT}))

@@ -181,7 +181,7 @@ def _chat_and_stream(client, pipeline, target, draft):
         logprobs=True,
         top_logprobs=2,
     )
-    row = Generation.objects.filter(pipeline=pipeline).order_by("-created_at").first()
+    row = latest(pipeline, 1)[0]
     want = inprocess(target, draft, [row.prompt_tokens], max_tokens=MAX_TOKENS, top=2)[0]
     content = chat.choices[0].logprobs.content
     assert [c.logprob for c in content] == pytest.approx([e[0] for e in want.logprobs], abs=TOL)

@@ -86,7 +86,7 @@ def test_speculative_logprobs_equal_plain_decoding_and_survive_the_wire(target, 
 def test_prompt_logprobs_with_max_tokens_zero_only_score_the_prompt(target):
     verify = VerifyEngine(target, n_slots=4, max_len=MAX_LEN)
     free = verify.n_free
-    items = [
+    items: list = [
         (f"s{i}", p, SamplingParams(temperature=0, max_tokens=0, prompt_logprobs=1))
         for i, p in enumerate(PROMPTS[:4])
     ]
@@ -94,7 +94,7 @@ def test_prompt_logprobs_with_max_tokens_zero_only_score_the_prompt(target):
     assert verify.n_free == free  # the slots went back at once
     for (_, prompt, _), r in zip(items, results, strict=True):
         assert r.finished and r.tokens == [] and r.finish_reason == "length"
-        assert r.logprobs is None
+        assert r.logprobs is None and r.prompt_logprobs is not None
         assert len(r.prompt_logprobs) == len(prompt) and r.prompt_logprobs[0] is None
         lp = direct_logprobs(target, prompt)
         for i, (got, alts) in enumerate(r.prompt_logprobs[1:]):
