@@ -54,8 +54,8 @@ def v1(path: str):
 
 
 NEW_GENERATION = {"pipeline": "matrix", "prompt": "def", "max_tokens": 4}
-INVALID_COMPLETION = {"model": "matrix", "prompt": "x", "n": 2}
-INVALID_CHAT = {"model": "matrix", "messages": [{"role": "user", "content": "x"}], "n": 2}
+INVALID_COMPLETION = {"model": "matrix", "prompt": "x", "n": 0}
+INVALID_CHAT = {"model": "matrix", "messages": [{"role": "user", "content": "x"}], "n": 0}
 
 ENDPOINTS = [
     Endpoint("generations-list", "get", lambda w: "/api/v1/generations", gate("viewer", 200)),
