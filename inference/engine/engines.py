@@ -259,8 +259,9 @@ class VerifyEngine:
                         lp = token_logprobs(logits[i : i + 1], [t], pr.logprobs)
                     r = self._emit(sid, s, [t], 0, 0, lp)
                 if pr.prompt_logprobs is not None:  # only these rows pay for the full head
-                    scores = self.model.logits(h[i, : len(prompt) - 1])
-                    r.prompt_logprobs = prompt_logprobs(scores, prompt, pr.prompt_logprobs)
+                    r.prompt_logprobs = prompt_logprobs(
+                        self.model.logits, h[i], prompt, pr.prompt_logprobs
+                    )
                 out[sid] = r
         return [out[sid] for sid, _, _ in items]
 

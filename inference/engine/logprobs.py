@@ -14,6 +14,8 @@ has no entry (``None``): nothing predicts it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
@@ -36,7 +38,17 @@ def token_logprobs(logits: Tensor, tokens: list[int], top: int) -> list[TokenLog
     ]
 
 
-def prompt_logprobs(logits: Tensor, prompt: list[int], top: int) -> list[TokenLogprob | None]:
-    """Entries for every prompt token; ``logits`` [>= len(prompt) - 1, V] are the prefill's
-    outputs at positions 0.. (position i predicts token i + 1)."""
-    return [None, *token_logprobs(logits, prompt[1:], top)]
+PROMPT_CHUNK = 512  # prompt positions per head matmul: a long prompt x a large vocab stays small
+
+
+def prompt_logprobs(
+    head: Callable[[Tensor], Tensor], hidden: Tensor, prompt: list[int], top: int
+) -> list[TokenLogprob | None]:
+    """Entries for every prompt token from the prefill's final hidden states ``hidden``
+    ([>= len(prompt) - 1, H]; position i predicts token i + 1), put through ``head`` (the
+    model's logits) PROMPT_CHUNK positions at a time."""
+    out: list[TokenLogprob | None] = [None]
+    for a in range(0, len(prompt) - 1, PROMPT_CHUNK):
+        b = min(a + PROMPT_CHUNK, len(prompt) - 1)
+        out += token_logprobs(head(hidden[a:b]), prompt[a + 1 : b + 1], top)
+    return out

@@ -133,3 +133,17 @@ def test_results_without_logprobs_carry_no_logprob_fields(target):
     verify = VerifyEngine(target, n_slots=2, max_len=MAX_LEN)
     r = verify.add("a", [3, 4, 5], SamplingParams(temperature=0, max_tokens=4))
     assert "logprobs" not in r.to_json() and "prompt_logprobs" not in r.to_json()
+
+
+def test_long_prompts_are_scored_in_chunks_with_the_same_result(target, monkeypatch):
+    from inference.engine import logprobs
+
+    prompt = [(7 * j) % 60 + 2 for j in range(40)]
+    verify = VerifyEngine(target, n_slots=1, max_len=MAX_LEN)
+    params = SamplingParams(temperature=0, max_tokens=0, prompt_logprobs=2)
+    whole = verify.add("a", prompt, params).prompt_logprobs
+    verify.free("a")
+    monkeypatch.setattr(logprobs, "PROMPT_CHUNK", 7)
+    chunked = verify.add("b", prompt, params).prompt_logprobs
+    assert whole is not None and chunked is not None and len(chunked) == len(prompt)
+    assert [e and e[0] for e in chunked] == pytest.approx([e and e[0] for e in whole], abs=1e-6)
