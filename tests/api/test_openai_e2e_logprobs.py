@@ -93,6 +93,7 @@ def test_logprobs_echo_n_best_of_through_real_workers(daphne_url, tmp_path, oper
             _loglikelihood(client, target)
             _chat_and_stream(client, pipeline, target, draft)
             _sampled_n_and_best_of(client, pipeline, target)
+            _prompt_lists_and_streamed_choices(client, target, draft)
         except (openai.APIError, AssertionError) as exc:
             raise AssertionError(f"{exc!r}\n{workers.logs()}\n{daphne_url.log()}") from exc
 
@@ -246,3 +247,35 @@ def _sampled_n_and_best_of(client, pipeline, target):
     assert best.choices[0].text in scores
     assert scores[best.choices[0].text] == pytest.approx(max(scores.values()), abs=1e-3)
     assert not math.isnan(max(scores.values()))
+
+
+def _prompt_lists_and_streamed_choices(client, target, draft):
+    """A list of text prompts with n=2 (greedy: both samples of a prompt agree, and as many
+    tokens as the in-process engine's), and a chat stream of n=2 interleaving two choices."""
+    prompts = ["abc", "while True:"]
+    result = client.completions.create(
+        model="e2e", prompt=prompts, n=2, max_tokens=MAX_TOKENS, temperature=0
+    )
+    assert [c.index for c in result.choices] == [0, 1, 2, 3]
+    want = inprocess(
+        target, draft, [list(p.encode()) for p in prompts], max_tokens=MAX_TOKENS, top=0
+    )
+    assert result.choices[0].text == result.choices[1].text  # greedy samples agree
+    assert result.choices[2].text == result.choices[3].text != result.choices[0].text
+    assert result.usage.prompt_tokens == sum(len(p) for p in prompts)
+    assert result.usage.completion_tokens == 2 * sum(len(o.token_ids) for o in want)
+    chunks = list(
+        client.chat.completions.create(
+            model="e2e",
+            messages=[{"role": "user", "content": "hi"}],
+            n=2,
+            max_tokens=MAX_TOKENS,
+            temperature=0,
+            stream=True,
+        )
+    )
+    texts = {0: "", 1: ""}
+    for c in chunks:
+        for choice in c.choices:
+            texts[choice.index] += choice.delta.content or ""
+    assert texts[0] == texts[1] and texts[0]
