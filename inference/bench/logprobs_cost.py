@@ -81,7 +81,7 @@ def run(*, model, batch: int, k: int, rounds: int, prompt_len: int) -> dict:
         for name in prefill if r % 2 == 0 else reversed(list(prefill)):
             e = VerifyEngine(model, n_slots=batch, max_len=prompt_len + 2)
             pl = 1 if name != "plain" else None
-            items = [
+            items: list = [
                 (i, p, SamplingParams(temperature=0, max_tokens=1, prompt_logprobs=pl))
                 for i, p in enumerate(prompts)
             ]

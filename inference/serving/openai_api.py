@@ -15,6 +15,7 @@ end, the generation is cancelled so its KV slots are freed on both nodes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -219,9 +220,11 @@ def _prepare(
     max_tokens_param="max_tokens",
     min_max_tokens: int = 1,
     chat: bool = False,
-) -> tuple[list[Prepared], ModelTokenizer]:
+    logprobs: bool = False,
+) -> tuple[list[Prepared], ModelTokenizer | None]:
     """Sync: the pipeline lookup (DB) and tokenization (CPU) of each prompt (a chat's one
-    prompt is rendered from the pipeline's chat template: a callable)."""
+    prompt is rendered from the pipeline's chat template: a callable); with `logprobs`, the
+    tokenizer too (token texts)."""
     pipeline = pipeline_named(body.get("model"))
     _refuse_while_warming_up(pipeline)
     prepared = [
@@ -241,7 +244,7 @@ def _prepare(
         )
         for prompt in prompts
     ]
-    return prepared, tokenizer_for(pipeline)
+    return prepared, tokenizer_for(pipeline) if logprobs else None
 
 
 def _refuse_while_warming_up(pipeline) -> None:
@@ -267,8 +270,9 @@ def sample_seed(seed: int | None, sample: int) -> int | None:
 def _submit(prepared: list[Prepared], options: Options, user) -> list[Choice]:
     """One Generation row per prompt and sample (best_of of them), all or none."""
     choices = []
-    try:
-        with transaction.atomic():
+    several = len(prepared) * options.best_of > 1
+    try:  # one generation: its own transaction (no savepoint on the hot path)
+        with transaction.atomic() if several else contextlib.nullcontext():
             for p, prep in enumerate(prepared):
                 for j in range(options.best_of):
                     params = dict(prep.params)
@@ -330,6 +334,7 @@ async def completions(request, caller: Caller):
         prompts,
         default_max_tokens=COMPLETIONS_DEFAULT_MAX_TOKENS,
         min_max_tokens=0 if options.echo else 1,  # echo + max_tokens 0: score the prompt
+        logprobs=options.logprobs is not None,
     )
     return await _run(caller, prepared, tokenizer, options, chat=False)
 
@@ -348,7 +353,12 @@ async def chat_completions(request, caller: Caller):
 
     max_param = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
     prepared, tokenizer = await sync_to_async(_prepare)(
-        body, [render], default_max_tokens=None, max_tokens_param=max_param, chat=True
+        body,
+        [render],
+        default_max_tokens=None,
+        max_tokens_param=max_param,
+        chat=True,
+        logprobs=options.logprobs is not None,
     )
     return await _run(caller, prepared, tokenizer, options, chat=True)
 

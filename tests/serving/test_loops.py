@@ -290,6 +290,7 @@ def test_logprobs_through_the_loops_and_more_starts_than_kv_slots(
         assert events[-1]["type"] == "done", events[-1]
         assert tokens_of(events) == o.token_ids
         got = [e for ev in events if ev["type"] == "tokens" for e in ev["logprobs"]]
+        assert o.logprobs is not None and o.prompt_logprobs is not None
         assert len(got) == len(o.token_ids)
         assert all(_close(a, b) for a, b in zip(got, o.logprobs, strict=True))
         prompt_lp = events[0]["prompt_logprobs"]
