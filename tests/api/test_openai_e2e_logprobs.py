@@ -58,6 +58,17 @@ def direct(target, ids: list[int]) -> torch.Tensor:
     return model(torch.tensor([ids]))[0].float().log_softmax(-1)
 
 
+def harness_parse(logprobs, ctxlen: int) -> tuple[float, bool]:
+    """What lm-evaluation-harness' local-completions reads from an echo + max_tokens 1
+    answer: the continuation's logprob sum and whether each of its tokens is the argmax
+    (its logprob equals the largest top_logprobs value); the last entry, the generated
+    token, is dropped."""
+    tokens = logprobs.token_logprobs[ctxlen:-1]
+    tops = logprobs.top_logprobs[ctxlen:-1]
+    greedy = all(t == max(top.values()) for t, top in zip(tokens, tops, strict=True))
+    return sum(tokens), greedy
+
+
 def latest(pipeline, n: int) -> list[Generation]:
     """The pipeline's n latest generations once the verifier has written their finish (it
     writes after the stream's done event, on its persister thread)."""
@@ -90,7 +101,7 @@ def test_logprobs_echo_n_best_of_through_real_workers(daphne_url, tmp_path, oper
         wait_online(nodes, workers)
         try:
             _greedy_logprobs(client, pipeline, target, draft)
-            _loglikelihood(client, target)
+            _loglikelihood(client, pipeline, target)
             _chat_and_stream(client, pipeline, target, draft)
             _sampled_n_and_best_of(client, pipeline, target)
             _prompt_lists_and_streamed_choices(client, target, draft)
@@ -138,7 +149,7 @@ def _greedy_logprobs(client, pipeline, target, draft):
     assert streamed == pytest.approx(results[0].choices[0].logprobs.token_logprobs, abs=TOL)
 
 
-def _loglikelihood(client, target):
+def _loglikelihood(client, pipeline, target):
     prompts = [list(b"def add(a, b):\n    return"), list(b"The cat sat"), list(b"xy")]
     result = client.completions.create(
         model="e2e", prompt=prompts, echo=True, logprobs=1, max_tokens=0, temperature=0
@@ -163,13 +174,42 @@ def _loglikelihood(client, target):
         ] == greedy
     assert result.usage.prompt_tokens == sum(map(len, prompts))
     assert result.usage.completion_tokens == 0
-    # with one generated token too (the harness' older shape): prompt logprobs + one more
-    one = client.completions.create(
-        model="e2e", prompt=prompts[:1], echo=True, logprobs=1, max_tokens=1, temperature=0
+    # lm-evaluation-harness' local-completions sends exactly this for loglikelihood (one
+    # generated token, which its parser drops with [ctxlen:-1]) and reads a continuation's
+    # logprob sum and whether each continuation token is the argmax (exact equality with
+    # the largest top_logprobs value)
+    contexts = [list(b"def add(a, b):\n    "), list(b"The cat ")]
+    continuations = [list(b"return a + b"), list(b"sat")]
+    result = client.completions.create(
+        model="e2e",
+        prompt=[c + x for c, x in zip(contexts, continuations, strict=True)],
+        temperature=0,
+        max_tokens=1,
+        logprobs=1,
+        seed=1234,
+        echo=True,
+    )
+    for choice, ctx, cont in zip(
+        sorted(result.choices, key=lambda c: c.index), contexts, continuations, strict=True
+    ):
+        lp = choice.logprobs
+        assert len(lp.token_logprobs) == len(ctx) + len(cont) + 1
+        got_sum, got_greedy = harness_parse(lp, len(ctx))
+        want = direct(target, ctx + cont)
+        rows = range(len(ctx) - 1, len(ctx) + len(cont) - 1)
+        want_sum = sum(want[r, t].item() for r, t in zip(rows, cont, strict=True))
+        want_greedy = all(want[r].argmax().item() == t for r, t in zip(rows, cont, strict=True))
+        assert abs(got_sum - want_sum) <= TOL * len(cont)
+        assert got_greedy == want_greedy
+    # and a continuation that IS the model's greedy output counts as greedy
+    ctx = contexts[0]
+    client.completions.create(model="e2e", prompt=[ctx], max_tokens=6, temperature=0)
+    cont = latest(pipeline, 1)[0].output_tokens
+    assert cont
+    again = client.completions.create(
+        model="e2e", prompt=[ctx + cont], max_tokens=1, logprobs=1, echo=True, temperature=0
     ).choices[0]
-    assert len(one.logprobs.token_logprobs) == len(prompts[0]) + 1
-    want = direct(target, prompts[0])
-    assert one.logprobs.token_logprobs[-1] == pytest.approx(want[-1].max().item(), abs=TOL)
+    assert harness_parse(again.logprobs, len(ctx))[1]
 
 
 def _chat_and_stream(client, pipeline, target, draft):
