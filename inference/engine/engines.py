@@ -19,7 +19,7 @@ from .counters import SpecCounters
 from .drafters import ModelDrafter, NgramDrafter
 from .graphs import make_runner
 from .kv_cache import CacheFull, CacheOverflow, KVCache
-from .logprobs import prompt_logprobs, token_logprobs
+from .logprobs import batch_token_logprobs, prompt_logprobs, token_logprobs
 from .messages import Draft, SeqId, VerifyResult, draft_q
 from .rejection import rejection_sample
 from .sampling import SamplingParams, exp_noise, logits_to_probs, make_generator, sample
@@ -316,9 +316,12 @@ class VerifyEngine:
         else:
             n_acc, nxt = self._rejection(logits, rows, params, x, n_draft)
         lps: dict[int, list] = {}
-        for i, (_, s, d, _) in enumerate(rows):  # only the rows that asked: no cost otherwise
-            if s.params.logprobs is not None:  # row j of logits scored emitted token j
-                lps[i] = token_logprobs(logits[i], d[: n_acc[i]] + [nxt[i]], s.params.logprobs)
+        ask = [i for i, (_, s, _, _) in enumerate(rows) if s.params.logprobs is not None]
+        if ask:  # only the rows that asked: no cost otherwise; row j scored emitted token j
+            emitted = [rows[i][2][: n_acc[i]] + [nxt[i]] for i in ask]
+            tops = [rows[i][1].params.logprobs for i in ask]
+            picked = logits[torch.tensor(ask, device=logits.device)]
+            lps = dict(zip(ask, batch_token_logprobs(picked, emitted, tops), strict=True))
         dt = time.perf_counter() - t0
         self.counters.record_verify_step(dt, B)
         for i, (sid, s, d, _) in enumerate(rows):

@@ -24,17 +24,32 @@ TokenLogprob = list  # [logprob: float, [[token_id: int, logprob: float], ...]]
 
 def token_logprobs(logits: Tensor, tokens: list[int], top: int) -> list[TokenLogprob]:
     """Entries for ``tokens[i]`` scored by ``logits[i]`` ([T, V], T >= len(tokens))."""
-    if not tokens:
-        return []
-    lp = logits[: len(tokens)].float().log_softmax(-1)
-    idx = torch.tensor(tokens, device=lp.device)
-    chosen = lp.gather(-1, idx[:, None])[:, 0].tolist()
-    if top <= 0:
-        return [[c, []] for c in chosen]
-    values, ids = lp.topk(min(top, lp.shape[-1]), dim=-1)
+    return batch_token_logprobs(logits[None], [tokens], [top])[0]
+
+
+def batch_token_logprobs(
+    logits: Tensor, tokens: list[list[int]], tops: list[int]
+) -> list[list[TokenLogprob]]:
+    """``token_logprobs`` for the rows of a batch at once ([B, T, V] logits, B token lists
+    and tops): three device-to-host copies for the batch, not three per row."""
+    if not any(tokens):
+        return [[] for _ in tokens]
+    T = max(map(len, tokens))
+    lp = logits[:, :T].float().log_softmax(-1)
+    idx = torch.tensor([t + [0] * (T - len(t)) for t in tokens], device=lp.device)
+    chosen = lp.gather(-1, idx[..., None])[..., 0].tolist()
+    k = min(max(tops), lp.shape[-1])
+    ids: list = [[[]] * T] * len(tokens)
+    values: list = ids
+    if k > 0:
+        v, i = lp.topk(k, dim=-1)
+        values, ids = v.tolist(), i.tolist()
     return [
-        [c, [[i, v] for i, v in zip(row_ids, row_vals, strict=True)]]
-        for c, row_ids, row_vals in zip(chosen, ids.tolist(), values.tolist(), strict=True)
+        [
+            [chosen[b][j], [[ids[b][j][m], values[b][j][m]] for m in range(min(top, k))]]
+            for j in range(len(toks))
+        ]
+        for b, (toks, top) in enumerate(zip(tokens, tops, strict=True))
     ]
 
 

@@ -147,3 +147,14 @@ def test_long_prompts_are_scored_in_chunks_with_the_same_result(target, monkeypa
     chunked = verify.add("b", prompt, params).prompt_logprobs
     assert whole is not None and chunked is not None and len(chunked) == len(prompt)
     assert [e and e[0] for e in chunked] == pytest.approx([e and e[0] for e in whole], abs=1e-6)
+
+
+def test_rows_asking_for_different_tops_share_one_batch(target, draft_model):
+    tops = [0, 3, None, 5, 1, None]
+    params = [SamplingParams(temperature=0, max_tokens=10, logprobs=t) for t in tops]
+    outs, _ = _generate(target, draft_model, "model", params)
+    for o, top in zip(outs, tops, strict=True):
+        if top is None:
+            assert o.logprobs is None
+        else:
+            _check_emitted(target, [o], top)
