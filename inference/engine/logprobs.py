@@ -35,15 +35,16 @@ def batch_token_logprobs(
     if not any(tokens):
         return [[] for _ in tokens]
     T = max(map(len, tokens))
-    lp = logits[:, :T].float().log_softmax(-1)
-    idx = torch.tensor([t + [0] * (T - len(t)) for t in tokens], device=lp.device)
-    chosen = lp.gather(-1, idx[..., None])[..., 0].tolist()
-    k = min(max(tops), lp.shape[-1])
+    x = logits[:, :T].float()
+    lse = x.logsumexp(-1, keepdim=True)  # log_softmax = x - lse, never written out whole
+    idx = torch.tensor([t + [0] * (T - len(t)) for t in tokens], device=x.device)
+    chosen = (x.gather(-1, idx[..., None]) - lse)[..., 0].tolist()
+    k = min(max(tops), x.shape[-1])
     ids: list = [[[]] * T] * len(tokens)
     values: list = ids
     if k > 0:
-        v, i = lp.topk(k, dim=-1)
-        values, ids = v.tolist(), i.tolist()
+        v, i = x.topk(k, dim=-1)
+        values, ids = (v - lse).tolist(), i.tolist()
     return [
         [
             [chosen[b][j], [[ids[b][j][m], values[b][j][m]] for m in range(min(top, k))]]
