@@ -149,7 +149,7 @@ def common_options(body: dict, *, chat: bool = False) -> Options:
         top = _count(body, "top_logprobs", 0, MAX_LOGPROBS, 0)
         if _flag(body, "logprobs"):
             options.logprobs = top
-        elif "top_logprobs" in body and body["top_logprobs"] is not None:
+        elif top:  # top_logprobs 0 is the neutral value clients send
             raise OpenAIError(
                 400, "'top_logprobs' needs 'logprobs' to be true.", param="top_logprobs"
             )

@@ -138,6 +138,9 @@ def test_chat_logprobs_without_top_and_none_unasked(serving, as_persona, fake_wo
     assert [c["top_logprobs"] for c in data["choices"][0]["logprobs"]["content"]] == [[], []]
     data = post(as_persona("operator"), "/v1/chat/completions", base).json()
     assert data["choices"][0]["logprobs"] is None
+    neutral = base | {"logprobs": False, "top_logprobs": 0}  # defaults some clients send
+    data = post(as_persona("operator"), "/v1/chat/completions", neutral).json()
+    assert data["choices"][0]["logprobs"] is None
 
 
 def test_completion_stream_with_logprobs_and_echo(serving, as_persona, fake_worker):
