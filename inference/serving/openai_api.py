@@ -38,14 +38,16 @@ from inference.serving.openai_format import (
     Choice,
     Job,
     OpenAIError,
-    Options,
     chunk,
-    common_options,
-    completion_prompts,
     from_request_error,
     full_body,
-    message_text,
     sse_data,
+)
+from inference.serving.openai_request import (
+    Options,
+    common_options,
+    completion_prompts,
+    message_text,
 )
 from inference.serving.request_rules import (
     ModelNotFound,
