@@ -15,6 +15,10 @@ Three things cross:
 Stream events are JSON objects:
 
     {"type": "tokens", "tokens": [..], "text": "..", "n": <total so far>}
+        + "logprobs": [[lp, [[id, lp], ..]], ..] per token, when the generation asked for them
+        + "prompt_logprobs": [null, [lp, [[id, lp], ..]], ..] per prompt token, when asked
+          (on the first event of an attempt: this tokens event, or the done event of a
+          max_tokens 0 request; shapes in inference/engine/logprobs.py)
     {"type": "done", "finish_reason": "..", "usage": {"prompt_tokens": .., "completion_tokens": ..}}
     {"type": "error", "error": ".."}
     {"type": "requeued", "reason": ".."}   # after a re-route; tokens are NOT resent
@@ -29,7 +33,7 @@ import json
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 import redis
 
@@ -45,12 +49,15 @@ class TokensEvent(TypedDict):
     tokens: list[int]
     text: str
     n: int
+    logprobs: NotRequired[list]
+    prompt_logprobs: NotRequired[list]
 
 
 class DoneEvent(TypedDict):
     type: Literal["done"]
     finish_reason: str
     usage: dict[str, int]
+    prompt_logprobs: NotRequired[list]
 
 
 class ErrorEvent(TypedDict):
@@ -83,6 +90,17 @@ def stream_key(generation_id) -> str:
 
 def tokens_event(tokens: list[int], text: str, n: int) -> TokensEvent:
     return {"type": "tokens", "tokens": list(tokens), "text": text, "n": n}
+
+
+def with_logprobs(
+    event: TokensEvent | DoneEvent, *, logprobs: list | None = None, prompt: list | None = None
+) -> TokensEvent | DoneEvent:
+    """The event with the logprobs a generation asked for (none: unchanged)."""
+    if logprobs is not None and event["type"] == "tokens":
+        event["logprobs"] = logprobs
+    if prompt is not None:
+        event["prompt_logprobs"] = prompt
+    return event
 
 
 def done_event(finish_reason: str, prompt_tokens: int, completion_tokens: int) -> DoneEvent:

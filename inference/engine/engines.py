@@ -19,6 +19,7 @@ from .counters import SpecCounters
 from .drafters import ModelDrafter, NgramDrafter
 from .graphs import make_runner
 from .kv_cache import CacheFull, CacheOverflow, KVCache
+from .logprobs import batch_token_logprobs, prompt_logprobs, token_logprobs
 from .messages import Draft, SeqId, VerifyResult, draft_q
 from .rejection import rejection_sample
 from .sampling import SamplingParams, exp_noise, logits_to_probs, make_generator, sample
@@ -216,7 +217,8 @@ class VerifyEngine:
                 raise ValueError("prompt token id out of the vocabulary")
             if params.stop and self.tokenizer is None:
                 raise ValueError("stop strings need a tokenizer")
-        run = [it for it in items if it[2].max_tokens > 0]
+        # max_tokens 0 with prompt logprobs: prefill only, to score the prompt
+        run = [it for it in items if it[2].max_tokens > 0 or it[2].prompt_logprobs is not None]
         if len(run) > self.cache.n_free:
             raise CacheFull(f"{len(run)} sequences, {self.cache.n_free} free slots")
         out: dict[SeqId, VerifyResult] = {}
@@ -224,15 +226,16 @@ class VerifyEngine:
             gen = make_generator(params.seed, self.device)
             s = _Seq(None, params, gen, len(prompt))
             self.seqs[sid] = s
-            if params.max_tokens == 0:
+            if params.max_tokens == 0 and params.prompt_logprobs is None:
                 s.result = out[sid] = VerifyResult(sid, [], finished=True, finish_reason="length")
         if run:
             t0 = time.perf_counter()
             seqs = [self.seqs[sid] for sid, _, _ in run]
-            for s in seqs:
-                s.slot = self.cache.allocate()
+            slots = [self.cache.allocate() for _ in seqs]
+            for s, slot in zip(seqs, slots, strict=True):
+                s.slot = slot
             x, n = right_pad([p for _, p, _ in run], self.device)
-            h = self.model.hidden(x, self.cache, [s.slot for s in seqs], n)
+            h = self.model.hidden(x, self.cache, slots, n)
             logits = self.model.logits(
                 h[torch.arange(len(run), device=h.device), n.to(h.device) - 1]
             )
@@ -243,9 +246,23 @@ class VerifyEngine:
                 first = sample(logits_to_probs(logits, params), params, [s.gen for s in seqs])
             dt = time.perf_counter() - t0
             self.counters.record_prefill(dt, int(n.sum()))
-            for (sid, prompt, _), s, t in zip(run, seqs, first.tolist(), strict=True):
+            firsts = zip(run, seqs, first.tolist(), strict=True)
+            for i, ((sid, prompt, pr), s, t) in enumerate(firsts):
                 s.counters.record_prefill(dt, len(prompt))
-                out[sid] = self._emit(sid, s, [t], 0, 0)
+                if pr.max_tokens == 0:  # scored, not continued
+                    r = s.result = VerifyResult(sid, [], finished=True, finish_reason="length")
+                    self.cache.free(slots[i])
+                    s.slot = None
+                else:
+                    lp = None
+                    if pr.logprobs is not None:
+                        lp = token_logprobs(logits[i : i + 1], [t], pr.logprobs)
+                    r = self._emit(sid, s, [t], 0, 0, lp)
+                if pr.prompt_logprobs is not None:  # only these rows pay for the full head
+                    r.prompt_logprobs = prompt_logprobs(
+                        self.model.logits, h[i], prompt, pr.prompt_logprobs
+                    )
+                out[sid] = r
         return [out[sid] for sid, _, _ in items]
 
     # -- verification ----------------------------------------------------------------------
@@ -298,12 +315,20 @@ class VerifyEngine:
             n_acc, nxt = greedy_accept(logits, [d for _, _, d, _ in rows])
         else:
             n_acc, nxt = self._rejection(logits, rows, params, x, n_draft)
+        lps: dict[int, list] = {}
+        ask = [i for i, (_, s, _, _) in enumerate(rows) if s.params.logprobs is not None]
+        if ask:  # only the rows that asked: no cost otherwise; row j scored emitted token j
+            emitted = [rows[i][2][: n_acc[i]] + [nxt[i]] for i in ask]
+            tops = [rows[i][1].params.logprobs for i in ask]
+            picked = logits[torch.tensor(ask, device=logits.device)]
+            lps = dict(zip(ask, batch_token_logprobs(picked, emitted, tops), strict=True))
         dt = time.perf_counter() - t0
         self.counters.record_verify_step(dt, B)
         for i, (sid, s, d, _) in enumerate(rows):
             self.cache.rollback(s.slot, start[i] + 1 + n_acc[i])  # pending + accepted
             s.counters.record_verify_step(dt, B)
-            out[sid] = self._emit(sid, s, d[: n_acc[i]] + [nxt[i]], n_acc[i], len(d))
+            toks = d[: n_acc[i]] + [nxt[i]]
+            out[sid] = self._emit(sid, s, toks, n_acc[i], len(d), lps.get(i))
 
     def _rejection(
         self, logits: Tensor, rows, params, x: Tensor, n_draft: Tensor
@@ -330,7 +355,13 @@ class VerifyEngine:
 
     # -- stop conditions -------------------------------------------------------------------
     def _emit(
-        self, sid: SeqId, s: _Seq, tokens: list[int], n_acc: int, n_draft: int
+        self,
+        sid: SeqId,
+        s: _Seq,
+        tokens: list[int],
+        n_acc: int,
+        n_draft: int,
+        logprobs: list | None = None,
     ) -> VerifyResult:
         r = VerifyResult(sid, [], n_accepted=n_acc, n_drafted=n_draft)
         for t in tokens:
@@ -347,6 +378,8 @@ class VerifyEngine:
             if r.finish_reason:
                 break
         s.pending = r.tokens[-1]
+        if logprobs is not None:
+            r.logprobs = logprobs[: len(r.tokens)]  # a stop may have cut the tokens
         for c in (s.counters, self.counters):
             c.record_round(n_draft, n_acc, len(r.tokens))
         if r.finish_reason:

@@ -23,6 +23,8 @@ class GenerationOutput:
     finish_reason: str | None = None
     stop_reason: str | int | None = None
     text: str | None = None
+    logprobs: list | None = None  # per token (SamplingParams.logprobs), engine.logprobs shapes
+    prompt_logprobs: list | None = None
     counters: SpecCounters = field(default_factory=SpecCounters)
 
 
@@ -106,6 +108,10 @@ class SpeculativeGenerator:
 
     def _apply(self, o: GenerationOutput, r: VerifyResult) -> None:
         o.token_ids.extend(r.tokens)
+        if r.logprobs is not None:
+            o.logprobs = (o.logprobs or []) + r.logprobs
+        if r.prompt_logprobs is not None:
+            o.prompt_logprobs = r.prompt_logprobs
         if r.finished:
             o.finish_reason, o.stop_reason = r.finish_reason, r.stop_reason
             tok = self.verify.tokenizer

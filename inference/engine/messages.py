@@ -64,9 +64,17 @@ class VerifyResult:
     finished: bool = False
     finish_reason: str | None = None  # "stop" | "length"
     stop_reason: str | int | None = None  # the stop string or stop token id that matched
+    # Only when the sequence asked (SamplingParams.logprobs / prompt_logprobs); shapes in
+    # ``inference.engine.logprobs``: one entry per token of ``tokens`` / of the prompt.
+    logprobs: list | None = None
+    prompt_logprobs: list | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        for name in ("logprobs", "prompt_logprobs"):  # absent unless asked: small messages
+            if d[name] is None:
+                del d[name]
+        return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> VerifyResult:

@@ -26,9 +26,16 @@ class SamplingParams:
     stop: list[str] = field(default_factory=list)
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
+    # Target logprobs (``inference.engine.logprobs``): None = off, N = each emitted token's
+    # logprob and its N most likely alternatives; prompt_logprobs the same for the prompt
+    # (computed in the prefill; with max_tokens 0 the prompt is only scored).
+    logprobs: int | None = None
+    prompt_logprobs: int | None = None
 
     def __post_init__(self) -> None:
         if self.temperature < 0 or not 0 < self.top_p <= 1 or self.max_tokens < 0:
+            raise ValueError(f"invalid sampling parameters: {self}")
+        if any(n is not None and n < 0 for n in (self.logprobs, self.prompt_logprobs)):
             raise ValueError(f"invalid sampling parameters: {self}")
 
     @property

@@ -15,6 +15,7 @@ end, the generation is cancelled so its KV slots are freed on both nodes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from functools import wraps
 
 from asgiref.sync import sync_to_async
 from django.core.exceptions import RequestDataTooBig
-from django.db import DatabaseError
+from django.db import DatabaseError, transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from redis.exceptions import RedisError
@@ -34,17 +35,19 @@ from inference import services
 from inference.models import Generation
 from inference.serving import readiness, sse
 from inference.serving.openai_format import (
+    Choice,
     Job,
     OpenAIError,
-    Options,
     chunk,
-    common_options,
-    completion_prompt,
     from_request_error,
     full_body,
-    message_text,
-    openai_finish_reason,
     sse_data,
+)
+from inference.serving.openai_request import (
+    Options,
+    common_options,
+    completion_prompts,
+    message_text,
 )
 from inference.serving.request_rules import (
     ModelNotFound,
@@ -55,6 +58,7 @@ from inference.serving.request_rules import (
     servable_pipelines,
     tokenizer_for,
 )
+from inference.serving.tokenization import ModelTokenizer
 
 log = logging.getLogger(__name__)
 
@@ -210,23 +214,39 @@ async def not_found(request, path: str = ""):
 # --- request parsing --------------------------------------------------------------------------
 
 
-def _prepare(body: dict, prompt, *, default_max_tokens, max_tokens_param="max_tokens") -> Prepared:
-    """Sync: the pipeline lookup (DB) and tokenization (CPU)."""
+def _prepare(
+    body: dict,
+    prompts: list,
+    *,
+    default_max_tokens,
+    max_tokens_param="max_tokens",
+    min_max_tokens: int = 1,
+    chat: bool = False,
+    logprobs: bool = False,
+) -> tuple[list[Prepared], ModelTokenizer | None]:
+    """Sync: the pipeline lookup (DB) and tokenization (CPU) of each prompt (a chat's one
+    prompt is rendered from the pipeline's chat template: a callable); with `logprobs`, the
+    tokenizer too (token texts)."""
     pipeline = pipeline_named(body.get("model"))
     _refuse_while_warming_up(pipeline)
-    return prepare(
-        pipeline=pipeline,
-        prompt=prompt if not callable(prompt) else prompt(pipeline),
-        max_tokens=body.get(max_tokens_param),
-        default_max_tokens=default_max_tokens,
-        max_tokens_param=max_tokens_param,
-        prompt_param="messages" if callable(prompt) else "prompt",
-        temperature=body.get("temperature"),
-        top_p=body.get("top_p"),
-        top_k=body.get("top_k"),
-        seed=body.get("seed"),
-        stop=body.get("stop"),
-    )
+    prepared = [
+        prepare(
+            pipeline=pipeline,
+            prompt=prompt(pipeline) if callable(prompt) else prompt,
+            max_tokens=body.get(max_tokens_param),
+            default_max_tokens=default_max_tokens,
+            max_tokens_param=max_tokens_param,
+            min_max_tokens=min_max_tokens,
+            prompt_param="messages" if chat else "prompt",
+            temperature=body.get("temperature"),
+            top_p=body.get("top_p"),
+            top_k=body.get("top_k"),
+            seed=body.get("seed"),
+            stop=body.get("stop"),
+        )
+        for prompt in prompts
+    ]
+    return prepared, tokenizer_for(pipeline) if logprobs else None
 
 
 def _refuse_while_warming_up(pipeline) -> None:
@@ -241,17 +261,41 @@ def _refuse_while_warming_up(pipeline) -> None:
         raise
 
 
-def _submit(prepared: Prepared, user) -> Generation:
-    try:
-        return services.generation_submit(
-            pipeline=prepared.pipeline,
-            prompt=prepared.prompt,
-            prompt_tokens=prepared.prompt_tokens,
-            params=prepared.params,
-            user=user,
-        )
+def sample_seed(seed: int | None, sample: int) -> int | None:
+    """Sample j's seed of a seeded request with n/best_of > 1: independent, reproducible, and
+    the request's own seed for the first sample (n=1 draws exactly as before)."""
+    if seed is None or sample == 0:
+        return seed
+    return (seed + sample * 0x9E3779B97F4A7C15) % (1 << 63)
+
+
+def _submit(prepared: list[Prepared], options: Options, user) -> list[Choice]:
+    """One Generation row per prompt and sample (best_of of them), all or none."""
+    choices = []
+    several = len(prepared) * options.best_of > 1
+    try:  # one generation: its own transaction (no savepoint on the hot path)
+        with transaction.atomic() if several else contextlib.nullcontext():
+            for p, prep in enumerate(prepared):
+                for j in range(options.best_of):
+                    params = dict(prep.params)
+                    params["seed"] = sample_seed(params.get("seed"), j)
+                    if options.sample_logprobs is not None:
+                        params["logprobs"] = options.sample_logprobs
+                    if options.prompt_logprobs is not None:
+                        params["prompt_logprobs"] = options.prompt_logprobs
+                    generation = services.generation_submit(
+                        pipeline=prep.pipeline,
+                        prompt=prep.prompt,
+                        prompt_tokens=prep.prompt_tokens,
+                        params=params,
+                        user=user,
+                    )
+                    choice = Choice(generation, p, prep.prompt, list(prep.prompt_tokens))
+                    choice.index = p * options.n + j  # best_of > n: ranked at the end
+                    choices.append(choice)
     except services.NoCapacity as exc:
-        raise NotReadyError(readiness.not_ready(prepared.pipeline, cause=str(exc))) from exc
+        raise NotReadyError(readiness.not_ready(prepared[0].pipeline, cause=str(exc))) from exc
+    return choices
 
 
 class NotReadyError(OpenAIError):
@@ -268,14 +312,15 @@ class NotReadyError(OpenAIError):
         return response
 
 
-def _cancel_quietly(generation_id) -> None:
-    try:
-        generation = Generation.objects.filter(pk=generation_id).first()
-        if generation is not None and not generation.is_terminal:
-            log.info("generation %s: its client left or it timed out; cancelling", generation_id)
-            services.generation_cancel(generation=generation, actor=None)
-    except Exception:  # the client is gone; nobody to tell, but keep a trace
-        log.exception("could not cancel generation %s after its client left", generation_id)
+def _cancel_quietly(generation_ids) -> None:
+    for generation_id in generation_ids:
+        try:
+            generation = Generation.objects.filter(pk=generation_id).first()
+            if generation is not None and not generation.is_terminal:
+                log.info("generation %s: client left or timed out; cancelling", generation_id)
+                services.generation_cancel(generation=generation, actor=None)
+        except Exception:  # the client is gone; nobody to tell, but keep a trace
+            log.exception("could not cancel generation %s after its client left", generation_id)
 
 
 # --- completions ------------------------------------------------------------------------------
@@ -285,42 +330,49 @@ def _cancel_quietly(generation_id) -> None:
 async def completions(request, caller: Caller):
     body = caller.body
     options = common_options(body)
-    prompt = completion_prompt(body)
-    prepared = await sync_to_async(_prepare)(
-        body, prompt, default_max_tokens=COMPLETIONS_DEFAULT_MAX_TOKENS
+    prompts = completion_prompts(body, options)
+    prepared, tokenizer = await sync_to_async(_prepare)(
+        body,
+        prompts,
+        default_max_tokens=COMPLETIONS_DEFAULT_MAX_TOKENS,
+        min_max_tokens=0 if options.echo else 1,  # echo + max_tokens 0: score the prompt
+        logprobs=options.logprobs is not None,
     )
-    return await _run(request, caller, prepared, options, chat=False)
+    return await _run(caller, prepared, tokenizer, options, chat=False)
 
 
 @endpoint("POST", "generate")
 async def chat_completions(request, caller: Caller):
     body = caller.body
-    options = common_options(body)
+    options = common_options(body, chat=True)
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise OpenAIError(400, "'messages' must be a non-empty list.", param="messages")
     turns = [message_text(m, i) for i, m in enumerate(messages)]
 
     def render(pipeline) -> str:
-        from inference.serving.request_rules import tokenizer_for
-
         return tokenizer_for(pipeline).chat_prompt([{"role": r, "content": c} for r, c in turns])
 
     max_param = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
-    prepared = await sync_to_async(_prepare)(
-        body, render, default_max_tokens=None, max_tokens_param=max_param
+    prepared, tokenizer = await sync_to_async(_prepare)(
+        body,
+        [render],
+        default_max_tokens=None,
+        max_tokens_param=max_param,
+        chat=True,
+        logprobs=options.logprobs is not None,
     )
-    return await _run(request, caller, prepared, options, chat=True)
+    return await _run(caller, prepared, tokenizer, options, chat=True)
 
 
-async def _run(request, caller: Caller, prepared: Prepared, options: Options, *, chat: bool):
-    generation = await sync_to_async(_submit)(prepared, caller.user)
+async def _run(caller: Caller, prepared, tokenizer, options: Options, *, chat: bool):
+    choices = await sync_to_async(_submit)(prepared, options, caller.user)
     job = Job(
-        generation=generation,
-        model=prepared.pipeline.name,
+        choices=choices,
+        model=prepared[0].pipeline.name,
         chat=chat,
         options=options,
-        prompt_tokens=len(prepared.prompt_tokens),
+        tokenizer=tokenizer,
     )
     if options.stream:
         response = StreamingHttpResponse(_sse(job), content_type="text/event-stream")
@@ -330,16 +382,21 @@ async def _run(request, caller: Caller, prepared: Prepared, options: Options, *,
     return await _complete(job)
 
 
-async def _events(generation_id, *, keepalive_s: float | None = None) -> AsyncIterator[dict]:
-    """The generation's events until done/error, or a final "timeout" event if the stream goes
-    quiet; with `keepalive_s`, "keepalive" ticks while it is silent."""
-    async for _id, event in sse.follow(
-        generation_id,
-        keepalive_s=keepalive_s,
-        idle_timeout_s=IDLE_TIMEOUT_S,
-        block_ms=BLOCK_MS,
-    ):
-        yield event
+async def _events(job: Job, *, keepalive_s: float | None = None) -> AsyncIterator[tuple]:
+    """(choice number, event) of the job's generations until each is done/error, or a final
+    (None, "timeout") if they all go quiet; with `keepalive_s`, (None, "keepalive") ticks
+    while silent. One generation: one `follow`; several: one connection for all."""
+    ids = [c.generation.id for c in job.choices]
+    if len(ids) == 1:
+        async for _id, event in sse.follow(
+            ids[0], keepalive_s=keepalive_s, idle_timeout_s=IDLE_TIMEOUT_S, block_ms=BLOCK_MS
+        ):
+            yield (None if _id is None else 0), event
+    else:
+        async for i, event in sse.follow_many(
+            ids, keepalive_s=keepalive_s, idle_timeout_s=IDLE_TIMEOUT_S, block_ms=BLOCK_MS
+        ):
+            yield i, event
 
 
 def _error_of(event: dict) -> OpenAIError:
@@ -358,57 +415,74 @@ def _error_of(event: dict) -> OpenAIError:
     )
 
 
+async def _cancel_left(job: Job, left: set[int]) -> None:
+    if left:  # timed out, failed, or the client left (CancelledError): free their KV slots
+        ids = [job.choices[i].generation.id for i in sorted(left)]
+        await asyncio.shield(sync_to_async(_cancel_quietly)(ids))
+
+
 async def _complete(job: Job) -> HttpResponse:
-    text, n, finished = [], 0, False
+    left = set(range(len(job.choices)))
     try:
-        async for event in _events(job.generation.id):
+        async for i, event in _events(job):
             kind = event.get("type")
-            if kind == "tokens":
-                text.append(event.get("text", ""))
-                n = event.get("n", n + len(event.get("tokens", [])))
-            elif kind == "done":
-                finished = True
-                usage = event.get("usage") or {}
-                n = usage.get("completion_tokens", n)
-                reason = openai_finish_reason(event.get("finish_reason"))
-                return JsonResponse(full_body(job, "".join(text), reason, n))
-            elif kind in ("error", "timeout"):
-                finished = kind == "error"
+            if kind in ("error", "timeout"):
+                left.discard(i)
                 return _error_of(event).response()
+            if i is None:
+                continue
+            job.choices[i].take(event)
+            if kind == "done":
+                left.discard(i)
+        return JsonResponse(full_body(job))
     finally:
-        if not finished:  # timed out, or the client left (CancelledError)
-            await asyncio.shield(sync_to_async(_cancel_quietly)(job.generation.id))
-    raise AssertionError("unreachable: _events always ends with a terminal event")
+        await _cancel_left(job, left)
 
 
 async def _sse(job: Job) -> AsyncIterator[bytes]:
-    """`data: {chunk}` lines, then `data: [DONE]`; cancels the generation if cut short."""
-    ended = False
-    n = 0
+    """`data: {chunk}` lines, then `data: [DONE]`; cancels the generations if cut short."""
+    left = set(range(len(job.choices)))
+    echoed: set[int] = set()
+    lp = job.options.logprobs is not None
     try:
         # Headers and a first line at once, so a client (and any proxy) sees the stream open
         # while the generation waits in the queue: a chat stream's role chunk, or an SSE
         # comment, which clients ignore.
-        yield sse_data(chunk(job, text="", role=True)) if job.chat else b": started\n\n"
-        async for event in _events(job.generation.id, keepalive_s=KEEPALIVE_S):
+        if job.chat:
+            for c in job.choices:
+                yield sse_data(chunk(job, c, text="", role=True))
+        else:
+            yield b": started\n\n"
+        async for i, event in _events(job, keepalive_s=KEEPALIVE_S):
             kind = event.get("type")
             if kind == sse.KEEPALIVE:
                 yield sse.KEEPALIVE_COMMENT
-            elif kind == "tokens":
-                n = event.get("n", n + len(event.get("tokens", [])))
-                if event.get("text"):
-                    yield sse_data(chunk(job, text=event["text"]))
-            elif kind == "done":
-                ended = True
-                n = (event.get("usage") or {}).get("completion_tokens", n)
-                reason = openai_finish_reason(event.get("finish_reason"))
-                yield sse_data(chunk(job, text="" if not job.chat else None, reason=reason))
-                if job.options.include_usage:
-                    usage = {k: v for k, v in chunk(job).items() if k != "choices"}
-                    yield sse_data(usage | {"choices": [], "usage": job.usage(n)})
-            elif kind in ("error", "timeout"):
-                ended = kind == "error"
+                continue
+            if kind in ("error", "timeout"):
+                left.discard(i)
                 yield sse_data(_error_of(event).body())
+                break
+            if i is None or kind not in ("tokens", "done"):
+                continue
+            c = job.choices[i]
+            c.take(event)
+            if job.options.echo and i not in echoed:  # the prompt first, with its logprobs
+                echoed.add(i)
+                entries = c.prompt_logprobs or [None] * len(c.prompt_ids)
+                ids = c.prompt_ids if lp else None
+                yield sse_data(chunk(job, c, text=c.prompt, tokens=ids, entries=entries))
+            if kind == "tokens":
+                text, tokens = event.get("text", ""), event.get("tokens") if lp else None
+                if text or tokens:
+                    entries = event.get("logprobs")
+                    yield sse_data(chunk(job, c, text=text, tokens=tokens, entries=entries))
+            else:
+                left.discard(i)
+                text = "" if not job.chat else None
+                yield sse_data(chunk(job, c, text=text, reason=c.finish_reason))
+        if not left and job.options.include_usage:
+            usage = {k: v for k, v in chunk(job).items() if k != "choices"}
+            yield sse_data(usage | {"choices": [], "usage": job.usage()})
         yield b"data: [DONE]\n\n"
     except Exception:  # headers are sent: end the stream with an error object, not a reset
         log.exception("stream of generation %s failed", job.generation.id)
@@ -416,5 +490,4 @@ async def _sse(job: Job) -> AsyncIterator[bytes]:
         yield sse_data(failure.body())
         yield b"data: [DONE]\n\n"
     finally:
-        if not ended:  # timed out, or the client disconnected mid-stream
-            await asyncio.shield(sync_to_async(_cancel_quietly)(job.generation.id))
+        await _cancel_left(job, left)

@@ -1,5 +1,6 @@
-"""The OpenAI API's shapes: error objects, request options and prompts, response bodies and
-stream chunks, kept apart from the views (`openai_api.py`) that use them.
+"""The OpenAI API's response shapes: error objects, response bodies and stream chunks, kept
+apart from the views (`openai_api.py`) that use them; what a request asks for is read in
+`openai_request.py`.
 
 Chunks follow OpenAI's exactly: `text_completion` chunks carry `choices[{index, text,
 logprobs, finish_reason}]`; `chat.completion.chunk`s carry `choices[{index, delta, logprobs,
@@ -12,30 +13,17 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from django.http import JsonResponse
 
 from inference.models import Generation
+from inference.serving.openai_logprobs import chat_logprobs, completion_logprobs
 from inference.serving.request_rules import ModelNotFound, RequestError
+from inference.serving.tokenization import ModelTokenizer
 
-CHAT_ROLES = {"system", "developer", "user", "assistant"}
-
-# Parameters we accept only at their neutral value (clients often send the defaults).
-NEUTRAL = {
-    "presence_penalty": (0, 0.0, None),
-    "frequency_penalty": (0, 0.0, None),
-    "logit_bias": (None, {}),
-    "logprobs": (None, False, 0),
-    "top_logprobs": (None, 0),
-    "echo": (None, False),
-    "best_of": (None, 1),
-    "suffix": (None, ""),
-    "tools": (None, []),
-    "functions": (None, []),
-    "tool_choice": (None, "none"),
-    "function_call": (None, "none"),
-    "response_format": (None, {"type": "text"}),
-}
+if TYPE_CHECKING:
+    from inference.serving.openai_request import Options
 
 
 class OpenAIError(Exception):
@@ -79,86 +67,55 @@ def from_request_error(exc: RequestError) -> OpenAIError:
 
 
 @dataclass
-class Options:
-    stream: bool
-    include_usage: bool
+class Choice:
+    """One generation of a request and what its stream has brought so far."""
 
+    generation: Generation
+    prompt_index: int
+    prompt: str
+    prompt_ids: list[int]
+    index: int = 0  # in the response
+    text: list[str] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list = field(default_factory=list)  # one entry per token, when asked
+    prompt_logprobs: list | None = None
+    completion_tokens: int = 0
+    finish_reason: str | None = None  # OpenAI's, once done
+    sent_chars: int = 0  # a stream's text so far (for text_offset)
 
-def common_options(body: dict) -> Options:
-    for name, neutral in NEUTRAL.items():
-        if name in body and body[name] not in neutral:
-            raise OpenAIError(400, f"'{name}' is not supported by this server.", param=name)
-    n = body.get("n", 1)
-    if n is not None and (isinstance(n, bool) or n != 1):
-        raise OpenAIError(400, "Only n=1 is supported.", param="n")
-    stream = body.get("stream", False)
-    if stream is None:
-        stream = False
-    if not isinstance(stream, bool):
-        raise OpenAIError(400, "'stream' must be a boolean.", param="stream")
-    stream_options = body.get("stream_options") or {}
-    if not isinstance(stream_options, dict):
-        raise OpenAIError(400, "'stream_options' must be an object.", param="stream_options")
-    if stream_options and not stream:
-        raise OpenAIError(
-            400, "'stream_options' is only allowed when 'stream' is true.", param="stream_options"
-        )
-    include_usage = stream_options.get("include_usage", False)
-    if not isinstance(include_usage, bool):
-        raise OpenAIError(
-            400, "'stream_options.include_usage' must be a boolean.", param="stream_options"
-        )
-    return Options(stream=stream, include_usage=include_usage)
+    def take(self, event: dict) -> None:
+        """Fold a tokens or done event of this generation's stream in."""
+        if self.prompt_logprobs is None and event.get("prompt_logprobs") is not None:
+            self.prompt_logprobs = event["prompt_logprobs"]
+        if event.get("type") == "tokens":
+            self.text.append(event.get("text", ""))
+            self.tokens.extend(event.get("tokens", []))
+            self.logprobs.extend(event.get("logprobs") or [])
+            self.completion_tokens = event.get("n", self.completion_tokens)
+        elif event.get("type") == "done":
+            usage = event.get("usage") or {}
+            self.completion_tokens = usage.get("completion_tokens", self.completion_tokens)
+            self.finish_reason = openai_finish_reason(event.get("finish_reason"))
 
-
-def completion_prompt(body: dict) -> str | list[int]:
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
-        prompt = prompt[0]  # one prompt given as a batch of one
-    if isinstance(prompt, str):
-        return prompt
-    if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
-        return prompt
-    if isinstance(prompt, list) and len(prompt) > 1:
-        raise OpenAIError(400, "Only one prompt per request is supported.", param="prompt")
-    raise OpenAIError(400, "'prompt' must be a string or a list of token ids.", param="prompt")
-
-
-def message_text(message, index: int) -> tuple[str, str]:
-    if not isinstance(message, dict):
-        raise OpenAIError(400, f"messages[{index}] must be an object.", param=f"messages.[{index}]")
-    role, content = message.get("role"), message.get("content")
-    if role not in CHAT_ROLES:
-        raise OpenAIError(
-            400,
-            f"messages[{index}].role must be one of {sorted(CHAT_ROLES)}.",
-            param=f"messages.[{index}].role",
-        )
-    if isinstance(content, list):  # content parts: only text ones
-        if not all(isinstance(p, dict) and p.get("type") == "text" for p in content):
-            raise OpenAIError(
-                400,
-                "Only text content parts are supported.",
-                param=f"messages.[{index}].content",
-            )
-        content = "".join(str(p.get("text", "")) for p in content)
-    if not isinstance(content, str):
-        raise OpenAIError(
-            400, f"messages[{index}].content must be a string.", param=f"messages.[{index}].content"
-        )
-    return ("system" if role == "developer" else role), content
+    @property
+    def cumulative_logprob(self) -> float:
+        return sum(entry[0] for entry in self.logprobs)
 
 
 @dataclass
 class Job:
-    """One submitted generation and how to render it."""
+    """The generations of one request (prompts x samples) and how to render them."""
 
-    generation: Generation
+    choices: list[Choice]
     model: str
     chat: bool
     options: Options
-    prompt_tokens: int
+    tokenizer: ModelTokenizer | None = None  # for token texts (logprobs)
     created: int = field(default_factory=lambda: int(time.time()))
+
+    @property
+    def generation(self) -> Generation:
+        return self.choices[0].generation
 
     @property
     def id(self) -> str:
@@ -170,56 +127,125 @@ class Job:
             return "chat.completion.chunk" if self.chat else "text_completion"
         return "chat.completion" if self.chat else "text_completion"
 
-    def usage(self, completion_tokens: int) -> dict:
+    @property
+    def prompt_tokens(self) -> int:
+        seen = {c.prompt_index: len(c.prompt_ids) for c in self.choices}
+        return sum(seen.values())
+
+    def usage(self, completion_tokens: int | None = None) -> dict:
+        if completion_tokens is None:  # every sample counts, the best_of losers too
+            completion_tokens = sum(c.completion_tokens for c in self.choices)
         return {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": completion_tokens,
             "total_tokens": self.prompt_tokens + completion_tokens,
         }
 
+    def returned(self) -> list[Choice]:
+        """The choices of the response, in index order: per prompt the n samples (with
+        best_of, the n with the highest cumulative logprob, most likely first)."""
+        n, best_of = self.options.n, self.options.best_of
+        out = []
+        for p in sorted({c.prompt_index for c in self.choices}):
+            mine = [c for c in self.choices if c.prompt_index == p]
+            if best_of > n:
+                mine = sorted(mine, key=lambda c: c.cumulative_logprob, reverse=True)[:n]
+            for rank, c in enumerate(mine):
+                c.index = p * n + rank
+                out.append(c)
+        return out
+
 
 def openai_finish_reason(reason: str | None) -> str:
     return "length" if reason == "length" else "stop"
 
 
-def full_body(job: Job, text: str, reason: str, n: int) -> dict:
+def _logprobs_body(job: Job, ids: list[int], entries: list, offset: int):
+    if job.options.logprobs is None or job.tokenizer is None:
+        return None
+    entries = list(entries[: len(ids)]) + [None] * (len(ids) - len(entries))
     if job.chat:
-        choice = {
-            "index": 0,
-            "message": {"role": "assistant", "content": text, "refusal": None},
-            "logprobs": None,
-            "finish_reason": reason,
-        }
-    else:
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
+        return {"content": chat_logprobs(job.tokenizer, ids, entries), "refusal": None}
+    return completion_logprobs(job.tokenizer, ids, entries, offset=offset)
+
+
+def _echo(job: Job, c: Choice) -> tuple[str, list[int], list]:
+    """The echoed prompt's text, ids and logprob entries (nothing unless echo)."""
+    if not job.options.echo:
+        return "", [], []
+    entries = c.prompt_logprobs or [None] * len(c.prompt_ids)
+    return c.prompt, list(c.prompt_ids), list(entries)
+
+
+def full_body(job: Job) -> dict:
+    choices = []
+    for c in job.returned():
+        text = "".join(c.text)
+        if job.chat:
+            lp = _logprobs_body(job, c.tokens, c.logprobs, 0)
+            choice = {
+                "index": c.index,
+                "message": {"role": "assistant", "content": text, "refusal": None},
+                "logprobs": lp,
+                "finish_reason": c.finish_reason,
+            }
+        else:
+            prompt, ids, entries = _echo(job, c)
+            lp = _logprobs_body(job, ids, entries, 0)
+            if lp is not None:  # the completion's offsets start after the echoed prompt
+                rest = _logprobs_body(job, c.tokens, c.logprobs, len(prompt))
+                lp = {key: lp[key] + rest[key] for key in lp}
+            choice = {
+                "index": c.index,
+                "text": prompt + text,
+                "logprobs": lp,
+                "finish_reason": c.finish_reason,
+            }
+        choices.append(choice)
     return {
         "id": job.id,
         "object": job.object,
         "created": job.created,
         "model": job.model,
         "system_fingerprint": None,
-        "choices": [choice],
-        "usage": job.usage(n),
+        "choices": choices,
+        "usage": job.usage(),
     }
 
 
-def chunk(job: Job, *, text: str | None = None, role: bool = False, reason=None) -> dict:
+def chunk(
+    job: Job,
+    choice: Choice | None = None,
+    *,
+    text: str | None = None,
+    role: bool = False,
+    reason=None,
+    tokens: list[int] | None = None,
+    entries: list | None = None,
+) -> dict:
+    """A stream chunk for one choice (``tokens``/``entries``: the logprobs of its text)."""
+    index = choice.index if choice is not None else 0
+    lp = None
+    if choice is not None and tokens:
+        lp = _logprobs_body(job, tokens, entries or [], choice.sent_chars)
+    if choice is not None and text:
+        choice.sent_chars += len(text)
     if job.chat:
         delta: dict = {}
         if role:
             delta["role"] = "assistant"
         if text is not None:
             delta["content"] = text
-        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
+        body = {"index": index, "delta": delta, "logprobs": lp, "finish_reason": reason}
     else:
-        choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": reason}
+        body = {"index": index, "text": text or "", "logprobs": lp, "finish_reason": reason}
     out = {
         "id": job.id,
         "object": job.object,
         "created": job.created,
         "model": job.model,
         "system_fingerprint": None,
-        "choices": [choice],
+        "choices": [body],
     }
     if job.options.include_usage:
         out["usage"] = None

@@ -134,12 +134,14 @@ def prepare(
     default_max_tokens: int | None = None,
     prompt_param: str = "prompt",
     max_tokens_param: str = "max_tokens",
+    min_max_tokens: int = 1,
     **sampling,
 ) -> Prepared:
     """Tokenize the prompt, check it and max_tokens against the context, validate sampling.
 
     `prompt` is text, or token ids (OpenAI completions accept both). `default_max_tokens`
-    None means "the rest of the context".
+    None means "the rest of the context". `min_max_tokens` 0: a request that only scores
+    its prompt (OpenAI completions with echo).
     """
     params = sampling_params(**sampling)
     tok = tokenizer_for(pipeline)
@@ -169,8 +171,12 @@ def prepare(
     if max_tokens is None:
         max_tokens = room if default_max_tokens is None else min(default_max_tokens, room)
     max_tokens = _number(max_tokens, max_tokens_param, integer=True)
-    if max_tokens < 1:
-        raise RequestError(f"'{max_tokens_param}' must be at least 1.", param=max_tokens_param)
+    if max_tokens < min_max_tokens:
+        raise RequestError(
+            f"'{max_tokens_param}' must be at least {min_max_tokens}"
+            + (" (0 only with 'echo')." if min_max_tokens == 1 else "."),
+            param=max_tokens_param,
+        )
     if max_tokens > room:
         raise RequestError(
             f"This model's maximum context length is {context} tokens. However, you requested "

@@ -102,3 +102,77 @@ async def follow(
 
 
 _pumps: set[asyncio.Task] = set()  # strong references, so running pumps are not collected
+
+
+async def _pump_many(
+    keys: list[str],
+    queue: asyncio.Queue,
+    stop: asyncio.Event,
+    *,
+    block_ms: int,
+    idle_timeout_s: float,
+) -> None:
+    """`_pump` for several streams on ONE connection (one XREAD over all keys): a request
+    with n choices or a list of prompts holds one connection, not one per generation."""
+    client = aioredis.Redis.from_url(redis_clients.redis_url())
+    cursors: dict[Any, Any] = dict.fromkeys(keys, "0")
+    index = {key: i for i, key in enumerate(keys)}
+    quiet_since = time.monotonic()
+    try:
+        while cursors and not stop.is_set():
+            reply: Any = await client.xread(cursors, count=100, block=block_ms)
+            if not reply:
+                if time.monotonic() - quiet_since > idle_timeout_s:
+                    queue.put_nowait((None, {"type": TIMEOUT}))
+                    return
+                continue
+            quiet_since = time.monotonic()
+            for raw_key, entries in reply:
+                key = wire.decode_id(raw_key)
+                for entry_id, fields in entries:
+                    cursors[key] = wire.decode_id(entry_id)
+                    event = wire.decode_event(fields)
+                    queue.put_nowait((index[key], event))
+                    if event.get("type") in wire.TERMINAL_TYPES:
+                        del cursors[key]
+                        break
+    except Exception as exc:  # handed to the consumer, raised there
+        queue.put_nowait((None, exc))
+    finally:
+        await client.aclose()
+
+
+async def follow_many(
+    generation_ids: list,
+    *,
+    keepalive_s: float | None = 2.0,
+    idle_timeout_s: float = 120.0,
+    block_ms: int = 1000,
+) -> AsyncIterator[tuple[int | None, dict]]:
+    """(i, event) for the events of generation_ids[i], interleaved as they come, until each
+    stream's terminal event; keep-alive and timeout ticks as in `follow` (index None). A
+    timeout ends them all."""
+    queue: asyncio.Queue = asyncio.Queue()
+    stop = asyncio.Event()
+    keys = [wire.stream_key(g) for g in generation_ids]
+    pump = _pump_many(keys, queue, stop, block_ms=block_ms, idle_timeout_s=idle_timeout_s)
+    task = asyncio.create_task(pump)
+    _pumps.add(task)
+    task.add_done_callback(_pumps.discard)
+    left = len(keys)
+    try:
+        while left:
+            try:
+                i, event = await asyncio.wait_for(queue.get(), keepalive_s)
+            except TimeoutError:
+                yield None, {"type": KEEPALIVE}
+                continue
+            if isinstance(event, Exception):
+                raise event
+            yield i, event
+            if event.get("type") == TIMEOUT:
+                return
+            if event.get("type") in wire.TERMINAL_TYPES:
+                left -= 1
+    finally:
+        stop.set()

@@ -95,4 +95,6 @@ def sampling_params(params: dict, *, already: int = 0):
         max_tokens=max(0, int(params.get("max_tokens", 16)) - already),
         stop=list(params.get("stop") or []),
         ignore_eos=bool(params.get("ignore_eos", False)),
+        logprobs=params.get("logprobs"),
+        prompt_logprobs=params.get("prompt_logprobs"),
     )

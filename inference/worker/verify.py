@@ -44,6 +44,14 @@ class VSeq:
     itl_ms: list[float] = field(default_factory=list)
 
 
+def for_drafter(r) -> dict:
+    """A result as its drafter needs it: without logprobs (they are for the client)."""
+    d = r.to_json()
+    d.pop("logprobs", None)
+    d.pop("prompt_logprobs", None)
+    return d
+
+
 def itl_summary(values: list[float]) -> dict:
     if not values:
         return {}
@@ -217,6 +225,9 @@ class VerifyLoop(BaseLoop):
 
     def _start(self, starts: list[dict]) -> None:
         starts = self._fresh(starts)
+        if len(starts) > self.engine.n_free:  # more than the KV slots: the rest wait here
+            self.claimed.extend(starts[self.engine.n_free :])
+            starts = starts[: self.engine.n_free]
         if not starts:
             return
         items, infos = [], []
@@ -342,6 +353,9 @@ class VerifyLoop(BaseLoop):
             seq = self.seqs.get(r.seq_id)
             if seq is None:
                 continue
+            # the prompt's logprobs ride on the attempt's first event (a resumed attempt
+            # scored prompt + earlier tokens: only the prompt's are the prompt's)
+            plp = None if r.prompt_logprobs is None else r.prompt_logprobs[: seq.prompt_len]
             if r.tokens:
                 if seq.last_emit:
                     gap = (now - seq.last_emit) / len(r.tokens)
@@ -352,14 +366,12 @@ class VerifyLoop(BaseLoop):
                 text = seq.detok.push(r.tokens)
                 if r.finished:
                     text += seq.detok.finish()
-                events.append((seq.gen, wire.tokens_event(r.tokens, text, len(seq.tokens))))
+                event = wire.tokens_event(r.tokens, text, len(seq.tokens))
+                events.append((seq.gen, wire.with_logprobs(event, logprobs=r.logprobs, prompt=plp)))
+                plp = None
             if r.finished:
-                events.append(
-                    (
-                        seq.gen,
-                        wire.done_event(r.finish_reason or "stop", seq.prompt_len, len(seq.tokens)),
-                    )
-                )
+                done = wire.done_event(r.finish_reason or "stop", seq.prompt_len, len(seq.tokens))
+                events.append((seq.gen, wire.with_logprobs(done, prompt=plp)))
                 self._finish(seq, r.finish_reason or "stop")
             if seq.drafter is None:
                 continue
@@ -376,7 +388,7 @@ class VerifyLoop(BaseLoop):
                     }
                 )
             if by_drafter is not None:
-                by_drafter[seq.drafter].append(r.to_json())
+                by_drafter[seq.drafter].append(for_drafter(r))
         self.stats.record_latencies(itl_s=itl)
         return events
 

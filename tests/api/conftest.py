@@ -109,7 +109,8 @@ def script(text: str, *, finish_reason: str = "stop", prompt_tokens: int = 0, ch
 @pytest.fixture
 def fake_worker(monkeypatch):
     """Replaces nothing but the workers: the real `generation_submit` writes the row; then a
-    thread writes `worker.events` (default: "Hello, world!" and done) to the real stream,
+    thread writes `worker.events` (default: "Hello, world!" and done; a callable gives each
+    generation its own) to the real stream,
     `worker.delay_s` apart. `worker.submitted` lists the generations."""
 
     class Worker:
@@ -127,6 +128,8 @@ def fake_worker(monkeypatch):
         events = worker.events or script(
             "Hello, world!", prompt_tokens=len(kwargs["prompt_tokens"])
         )
+        if callable(events):  # events(kwargs, k): the k-th generation's own
+            events = events(kwargs, len(worker.submitted))
         worker.submitted.append(generation)
 
         def run():

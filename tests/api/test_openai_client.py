@@ -113,10 +113,17 @@ def test_errors_raise_the_clients_exceptions(serving, asgi_server, client):
     with pytest.raises(openai.BadRequestError) as caught:
         client.completions.create(model="demo", prompt="x" * 64, max_tokens=1)
     assert caught.value.code == "context_length_exceeded"
-    with pytest.raises(openai.BadRequestError):
+    tool = {"type": "function", "function": {"name": "f", "parameters": {}}}
+    with pytest.raises(openai.BadRequestError) as caught:
         client.chat.completions.create(
-            model="demo", messages=[{"role": "user", "content": "x"}], n=2
+            model="demo", messages=[{"role": "user", "content": "x"}], tools=[tool]
         )
+    assert caught.value.param == "tools"
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(
+            model="demo", messages=[{"role": "user", "content": "x"}], n=17
+        )
+    assert caught.value.param == "n"
     with pytest.raises(openai.NotFoundError) as caught:
         client.completions.create(model="nope", prompt="x")
     assert caught.value.code == "model_not_found"

@@ -3,7 +3,7 @@
 Same personas and exact status codes as tests/nodes/test_permissions_matrix.py; the node
 agent's token (`tdn_`) authenticates a principal without a role on the DRF views (403)
 and is no credential at all for the async views, stream and /v1 (401). The
-OpenAI rows send a request that is invalid (n=2): a caller who passes authentication and
+OpenAI rows send a request that is invalid (n=0): a caller who passes authentication and
 the role check gets the 400, which proves both run before the body is looked at.
 """
 
@@ -54,8 +54,8 @@ def v1(path: str):
 
 
 NEW_GENERATION = {"pipeline": "matrix", "prompt": "def", "max_tokens": 4}
-INVALID_COMPLETION = {"model": "matrix", "prompt": "x", "n": 2}
-INVALID_CHAT = {"model": "matrix", "messages": [{"role": "user", "content": "x"}], "n": 2}
+INVALID_COMPLETION = {"model": "matrix", "prompt": "x", "n": 0}
+INVALID_CHAT = {"model": "matrix", "messages": [{"role": "user", "content": "x"}], "n": 0}
 
 ENDPOINTS = [
     Endpoint("generations-list", "get", lambda w: "/api/v1/generations", gate("viewer", 200)),
