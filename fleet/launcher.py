@@ -37,7 +37,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from django.utils.module_loading import import_string
@@ -45,11 +45,13 @@ from django.utils.module_loading import import_string
 from fleet.supervision import FAILED, RESTARTING, RUNNING, write_state
 
 # Dotted paths of `factory(settings) -> list[ChildSpec]`, started in this order between the
-# control worker and the web server: the telemetry aggregator, the fleet simulator, the local
-# node workers (draft/verify). By convention each lives in a `launch.py` beside its code.
+# control worker and the web server: the telemetry aggregator, the fleet simulator, the
+# ledger (node workers' reports -> the database), the local node workers (draft/verify).
+# By convention each lives in a `launch.py` beside its code.
 CHILD_FACTORIES: list[str] = [
     "fleet.telemetry.launch.aggregator_children",
     "fleet.planner.launch.simulator_children",
+    "inference.launch.ledger_children",
     "inference.worker.launch.node_children",
 ]
 
@@ -130,6 +132,10 @@ def children(settings, *, host: str, port: int) -> list[ChildSpec]:
     specs = [control_worker(settings)]
     for path in CHILD_FACTORIES:
         specs.extend(import_string(path)(settings))
+    # Node workers reach the control plane through its API (they hold no DB credentials).
+    probe = web_server(settings, host=host, port=port).ready_url or ""
+    api = {"TANDEM_API_URL": probe.removesuffix("/healthz")}
+    specs = [replace(s, env=api | s.env) if s.node else s for s in specs]
     specs.append(web_server(settings, host=host, port=port))
     return specs
 

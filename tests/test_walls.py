@@ -257,11 +257,6 @@ def test_no_module_imports_another_modules_private_name():
 NODE_SIDE = ("inference/worker", "inference/wire.py")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 13: node processes still read and write the database (worker/boot.py, "
-    "the engine loop's persister, the agent's heartbeat through fleet.nodes.services)",
-)
 def test_node_processes_need_no_database_credentials():
     """A node speaks Redis and the node-token API: no ORM, no app models, services, selectors."""
     models = ("inference.models", "inference.services", "inference.selectors")

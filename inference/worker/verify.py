@@ -2,10 +2,11 @@
 pipeline's max_verify_batch or max_batch_wait_ms, verify them in ONE forward pass, stream
 the accepted tokens, and send each drafter ONE message with its results.
 
-A start is claimed in the database (queued -> running) on the persister thread, not in a
-round: the claim comes back as a `claimed` message and the claimed starts that gathered
-meanwhile are prefilled together at the next step. Database writes (claims, first tokens,
-finishes) stay in order on that one thread, so a finish never overtakes its claim.
+A start is claimed (queued -> running) by a signed report to the control plane's ledger
+(`inference.ledger`; the node holds no database credentials), not in a round: the claim
+comes back as a `claimed` message and the claimed starts that gathered meanwhile are
+prefilled together at the next step. Reports (claims, first tokens, finishes) leave in order
+on one reporter thread and are applied in order, so a finish never overtakes its claim.
 
 A new sequence joins its drafter's running group: while the drafter has sequences in flight
 here, the new sequence's draft_start rides along with their next results (one message), so
@@ -21,9 +22,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from django.db import close_old_connections
-
-from inference import services, wire
+from inference import wire
 from inference.worker.detok import Detokenizer
 from inference.worker.engine_cache import sampling_params
 from inference.worker.engine_loop import FINAL, BaseLoop
@@ -66,6 +65,7 @@ class VerifyLoop(BaseLoop):
         self.seqs: dict[str, VSeq] = {}
         self.pending: dict[str, tuple[list[int], object, float]] = {}  # gen -> draft, arrival
         self.starts: list[dict] = []  # not yet claimed
+        self.claiming: dict[tuple[str, int], dict] = {}  # reported, not yet claimed
         self.claimed: list[dict] = []  # claimed, to prefill at the next step
         self.sent_at: dict[str, float] = {}  # gen -> when its results went to the drafter
         self.deferred: dict[int, list[dict]] = defaultdict(list)  # drafter -> draft_starts
@@ -75,8 +75,11 @@ class VerifyLoop(BaseLoop):
     def handle(self, kind: str, p: dict) -> None:
         if kind == "start":
             self.starts.append(p)
-        elif kind == "claimed":  # from the persister thread
-            self.claimed.extend(p["starts"])
+        elif kind == "claimed":  # from the ledger, after its commit
+            for gid, attempt in p["starts"]:
+                start = self.claiming.pop((gid, attempt), None)
+                if start is not None:
+                    self.claimed.append(start)
         elif kind == "drafts":
             from inference.engine.messages import Draft
 
@@ -194,29 +197,18 @@ class VerifyLoop(BaseLoop):
         return out
 
     def _claim_later(self, starts: list[dict]) -> None:
+        """Report the claims; the ledger answers with those still queued for this node."""
         starts = self._fresh(starts)
+        if len(self.claiming) > 4096:  # claims the ledger refused are forgotten, bounded
+            for key in list(self.claiming)[:1024]:
+                del self.claiming[key]
+        for p in starts:
+            self.claiming[(p["gen"], p["attempt"])] = p
         if starts:
-            self.later(self._claim, starts)
-
-    def _claim(self, starts: list[dict]) -> None:
-        """On the persister thread: claim the rows, hand the claimed starts to the loop."""
-        t0 = time.perf_counter()
-        try:
-            claimed = services.generations_claim(starts=[(p["gen"], p["attempt"]) for p in starts])
-        except Exception:  # the database is busy or away: try again, lose nothing
-            logger.exception(
-                "verifier %s: claiming %d starts failed; retrying", self.node_id, len(starts)
-            )
-            close_old_connections()
-            time.sleep(0.2)
-            for p in starts:
-                self.deliver("start", p)
-            return
-        self.stats.add_phase("persist_claim", time.perf_counter() - t0)
-        self.deliver("claimed", {"starts": [p for p in starts if p["gen"] in claimed]})
+            self.report("claim", starts=[[p["gen"], p["attempt"]] for p in starts])
 
     def _start(self, starts: list[dict]) -> None:
-        starts = self._fresh(starts)
+        starts = list({(p["gen"], p["attempt"]): p for p in self._fresh(starts)}.values())
         if not starts:
             return
         items, infos = [], []
@@ -255,7 +247,7 @@ class VerifyLoop(BaseLoop):
         self.stats.record_latencies(ttft_s=ttft)
         for seq, _ in infos:
             self.seqs[seq.gen] = seq
-        self.later(services.generations_first_token, ids=[s.gen for s, _ in infos], at=now)
+        self.report("first_token", ids=[s.gen for s, _ in infos], at=now.timestamp())
         drafter_starts = defaultdict(list)
         events = self._emit(results, drafter_starts=drafter_starts, items=items)
         wire.publish_many(events)
@@ -388,9 +380,9 @@ class VerifyLoop(BaseLoop):
         self.tombstones.add(seq.gen, seq.attempt)
         self.stats.finished += 1
         self._inspect_dirty = True
-        self.later(
-            services.generation_finish,
-            generation_id=seq.gen,
+        self.report(
+            "finish",
+            gen=seq.gen,
             attempt=seq.attempt,
             finish_reason=finish_reason,
             output_tokens=list(seq.tokens),
@@ -403,9 +395,9 @@ class VerifyLoop(BaseLoop):
         self.tombstones.add(seq.gen, seq.attempt)
         self.stats.errors += 1
         wire.publish(seq.gen, wire.error_event(error))
-        self.later(
-            services.generation_finish,
-            generation_id=seq.gen,
+        self.report(
+            "finish",
+            gen=seq.gen,
             attempt=seq.attempt,
             finish_reason="error",
             output_tokens=list(seq.tokens),

@@ -15,9 +15,7 @@ from tests.serving.test_workers import inprocess, prompts, submit
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
-def test_killed_verifier_and_drafter_reroute_with_identical_output(
-    transactional_db, tmp_path, settings
-):
+def test_killed_verifier_and_drafter_reroute_with_identical_output(live_server, tmp_path, settings):
     settings.HEARTBEAT_PERIOD_S, settings.HEARTBEAT_TOLERANCE = 1, 4
     target, draft = write_pair(tmp_path)
     pipeline, nodes = make_pipeline(
@@ -27,7 +25,7 @@ def test_killed_verifier_and_drafter_reroute_with_identical_output(
     ps = prompts(8, seed=3)
     n_tokens = 120
     expected = inprocess(target, draft, ps, max_tokens=n_tokens, ignore_eos=True)
-    with Workers(tmp_path) as workers:
+    with Workers(tmp_path, api_url=live_server.url) as workers:
         for node, role, token in nodes:
             workers.start(node, role, token)
         wait_online(nodes, workers)
