@@ -127,7 +127,8 @@ class Ledger:
             return 0
         replies = self.apply(entries)
         for node_id, starts in replies.items():  # after commit: the verifier may prefill
-            wire.send(node_id, "claimed", {"starts": starts})
+            if starts:
+                wire.send(node_id, "claimed", {"starts": starts})
         ids = [entry_id for entry_id, _ in entries]
         self.r.xack(node_reports.STREAM, GROUP, *ids)
         return len(entries)
