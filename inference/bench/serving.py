@@ -2,8 +2,9 @@
 machine, against the same prompts through the engine in one process.
 
 The bench runs in a throw-away data directory with its own embedded Redis and SQLite
-database (`run()` re-executes the command there), starts daphne and two `run_node` workers
-(one drafter, one verifier) as subprocesses, and drives clients with httpx:
+database (`run()` re-executes the command there), starts daphne, the ledger consumer and two
+`run_node` workers (one drafter, one verifier; no database credentials) as subprocesses, and
+drives clients with httpx:
 POST /api/v1/generations, then GET .../stream (SSE) for the token events. Per N it reports
 tokens/s, ITL p50/p99 (per token: the gap between token events split over their tokens),
 TTFT, the verifier's batch size distribution (the delta of its histogram), then the same
@@ -26,6 +27,7 @@ from pathlib import Path
 from .serving_clients import drive
 
 ROOT = Path(__file__).resolve().parents[2]
+NO_DATABASE = "postgres://nobody:nothing@127.0.0.1:9/no-database-for-node-workers"
 
 
 def _free_port() -> int:
@@ -177,6 +179,18 @@ def _wait(check, timeout: float, what: str, stack: Stack) -> None:
     raise RuntimeError(f"timed out waiting for {what}:\n{stack.tail()}")
 
 
+def _wait_rows(ids: list[str], stack: Stack, timeout: float = 60) -> None:
+    """The rows of a run's generations, once the ledger has written their finishes (the
+    streams end first: the verifier reports its finishes after publishing them)."""
+    from inference.models import Generation
+    from inference.selectors import ACTIVE_STATES
+
+    def written():
+        return not Generation.objects.filter(pk__in=ids, state__in=ACTIVE_STATES).exists()
+
+    _wait(written, timeout, "the ledger to write the finished rows", stack)
+
+
 def _hist_delta(before: dict, after: dict) -> dict[int, int]:
     out = {}
     for k, v in after.items():
@@ -268,11 +282,13 @@ def bench(
                 "fleet.asgi:application",
             ],
         )
+        stack.spawn("ledger", [sys.executable, "manage.py", "run_ledger"])
         for role, (node, token) in nodes.items():
             stack.spawn(
                 role,
                 [sys.executable, "manage.py", "run_node", "--role", role],
                 {
+                    "DATABASE_URL": NO_DATABASE,  # node workers need none
                     "TANDEM_NODE_ID": str(node.pk),
                     "TANDEM_NODE_TOKEN": token,
                     "TANDEM_API_URL": base,
@@ -329,6 +345,10 @@ def bench(
                 res["drafter_turnaround_ms"] = node_inspect(nodes["verify"][0].pk).get(
                     "drafter_turnaround_ms"
                 )
+                _wait_rows(res["ids"], stack)
+                res["web_cpu_ms_per_request"] = round(
+                    res["cpu_s"]["web"] * 1000 / max(res["requests"], 1), 2
+                )
                 hist = _hist_delta(
                     before["verify"]["batch_size_hist"], after["verify"]["batch_size_hist"]
                 )
@@ -371,6 +391,13 @@ def bench(
         big = max(ns)
         report[f"mean_verify_batch_n{big}"] = report[f"spec_n{big}"]["mean_verify_batch"]
         report[f"workers_vs_inprocess_n{big}"] = report[f"spec_n{big}"]["workers_vs_inprocess"]
+        report[f"ttft_p50_ms_n{big}"] = report[f"spec_n{big}"]["ttft_ms_p50"]
+        report[f"ttft_p99_ms_n{big}"] = report[f"spec_n{big}"]["ttft_ms_p99"]
+        # the web process's CPU per request: both modes at every N, all requests together
+        runs = [v for k, v in report.items() if k.startswith(("spec_n", "plain_n"))]
+        report["web_cpu_ms_per_request"] = round(
+            sum(r["cpu_s"]["web"] for r in runs) * 1000 / sum(r["requests"] for r in runs), 2
+        )
         return report
     finally:
         stack.close()
@@ -380,7 +407,9 @@ def _line(mode: str, n: int, r: dict) -> str:
     return (
         f"{mode:5s} N={n:<3d} workers {r['tokens_per_s']:7.1f} tok/s  "
         f"ITL p50 {r['itl_ms_p50']:6.1f} ms "
-        f"p99 {r['itl_ms_p99']:6.1f} ms  TTFT p50 {r['ttft_ms_p50']:6.0f} ms | in-process "
+        f"p99 {r['itl_ms_p99']:6.1f} ms  TTFT p50 {r['ttft_ms_p50']:6.0f} ms "
+        f"p99 {r['ttft_ms_p99']:6.0f} ms  web CPU {r['web_cpu_ms_per_request']:.1f} ms/req"
+        " | in-process "
         f"{r['inprocess']['tokens_per_s']:7.1f} tok/s  ratio {r['workers_vs_inprocess']:.2f} | "
         f"verify batch mean {r['mean_verify_batch']:.1f} "
         f"| busy: verifier {r['verify_busy_frac']:.2f}"
