@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.db.models import F, Func, IntegerField, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from fleet.nodes.choices import SERVING_STATES
 from fleet.nodes.models import Node
 from fleet.pipelines.models import DrafterKind, Pipeline, PlacementRole
-from inference.selectors import outstanding_by_node
+from inference.models import Generation
+from inference.selectors import ACTIVE_STATES
 
 
 class NoCapacity(Exception):
@@ -32,28 +34,41 @@ def needs_drafter(pipeline: Pipeline) -> bool:
     return pipeline.drafter_kind != DrafterKind.NONE
 
 
-def healthy_nodes(pipeline: Pipeline, role: str, *, exclude: set[int] = frozenset()):
+def _load(pipeline: Pipeline, *, exclude: set[int]) -> list[Node]:
+    """The healthy placed nodes of the pipeline, each with its role (`role`) and its active
+    generations as drafter or verifier (`load`): ONE query (a correlated count)."""
     now = timezone.now()
-    nodes = Node.objects.filter(
-        placement__pipeline=pipeline, placement__role=role, state__in=SERVING_STATES
-    ).exclude(pk__in=exclude)
-    return [n for n in nodes if n.last_seen is not None and not n.is_lost(now)]
+    active = (
+        Generation.objects.filter(state__in=ACTIVE_STATES)
+        .filter(Q(drafter=OuterRef("pk")) | Q(verifier=OuterRef("pk")))
+        .order_by()
+        .annotate(n=Func(F("id"), function="COUNT", output_field=IntegerField()))
+        .values("n")
+    )
+    return list(
+        Node.objects.filter(
+            placement__pipeline=pipeline,
+            state__in=SERVING_STATES,
+            last_seen__gte=now - Node.liveness_window(),
+        )
+        .exclude(pk__in=exclude)
+        .only("id", "name", "state", "last_seen")
+        .annotate(role=F("placement__role"), load=Subquery(active, output_field=IntegerField()))
+    )
 
 
 def pick_pair(pipeline: Pipeline, *, exclude: set[int] = frozenset()) -> Pair:
-    verifiers = healthy_nodes(pipeline, PlacementRole.VERIFY, exclude=exclude)
+    nodes = _load(pipeline, exclude=exclude)
+    verifiers = [n for n in nodes if n.role == PlacementRole.VERIFY]
     drafters = (
-        healthy_nodes(pipeline, PlacementRole.DRAFT, exclude=exclude)
-        if needs_drafter(pipeline)
-        else []
+        [n for n in nodes if n.role == PlacementRole.DRAFT] if needs_drafter(pipeline) else []
     )
     if not verifiers:
         raise NoCapacity(f"pipeline {pipeline.name!r} has no healthy verifier")
     if needs_drafter(pipeline) and not drafters:
         raise NoCapacity(f"pipeline {pipeline.name!r} has no healthy drafter")
-    load = outstanding_by_node([n.pk for n in verifiers + drafters])
 
     def least(nodes):
-        return min(nodes, key=lambda n: (load.get(n.pk, 0), n.pk)) if nodes else None
+        return min(nodes, key=lambda n: (n.load or 0, n.pk)) if nodes else None
 
     return Pair(drafter=least(drafters), verifier=least(verifiers))

@@ -269,10 +269,13 @@ def bench(
     stack = Stack(log)
     threads = str(max(1, (os.cpu_count() or 2) // 2))
     try:
+        # TANDEM_BENCH_PROFILE_WEB=FILE: the web process runs under cProfile (stats to FILE)
+        profile = os.environ.get("TANDEM_BENCH_PROFILE_WEB")
         stack.spawn(
             "web",
             [
                 sys.executable,
+                *(["-m", "cProfile", "-o", profile] if profile else []),
                 "-m",
                 "daphne",
                 "-b",
