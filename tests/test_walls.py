@@ -270,6 +270,24 @@ def test_node_processes_need_no_database_credentials():
     assert sorted(set(found)) == []
 
 
+def test_compose_gives_node_workers_no_database_and_no_secret_key():
+    """The deployment holds the wall too: a node service has REDIS_URL, TANDEM_API_URL and its
+    token, never DATABASE_URL or the control plane's SECRET_KEY."""
+    import yaml
+
+    compose = yaml.safe_load((ROOT / "compose/docker-compose.yml").read_text())
+    services = compose["services"]
+    nodes = [n for n, s in services.items() if "run_node" in " ".join(s.get("command") or [])]
+    assert {"drafter", "verifier", "smollm2-verifier", "demo-drafter"} <= set(nodes)
+    control_key = compose["x-tandem"]["environment"]["SECRET_KEY"]
+    for name in nodes:
+        env = services[name]["environment"]
+        assert "DATABASE_URL" not in env and env["SECRET_KEY"] != control_key, name
+        assert env["REDIS_URL"] and env["TANDEM_API_URL"], name
+    assert "run_ledger" in services["ledger"]["command"]
+    assert services["ledger"]["restart"] == "unless-stopped"
+
+
 def test_wire_is_torch_free_and_database_free():
     require("inference/wire.py", why="the keys, messages and client both processes share")
     assert crossings(source_files("inference/wire.py"), TORCH_SIDE + DATABASE) == []
