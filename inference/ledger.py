@@ -15,8 +15,8 @@ this process applies them to the Generation rows through `inference.services`.
   re-labelled entry is refused, counted (`tandem:ledger:stats`, field `refused`) and logged.
   A well-signed report touches only generations assigned to the signing node.
 
-A claim is answered: the claimed starts go back to the verifier as a `claimed` round
-message after commit, and it prefills them at its next step.
+A claim is answered: the claimed starts (and the refused ones) go back to the verifier as a
+`claimed` round message after commit; it prefilled them meanwhile, and streams the claimed.
 
 It lives in `inference/` beside `services.py`, not in `inference/worker/`: it is control
 plane (it writes the database), the data plane's half of what `fleet/telemetry/aggregator`
@@ -126,17 +126,18 @@ class Ledger:
         if not entries:
             return 0
         replies = self.apply(entries)
-        for node_id, starts in replies.items():  # after commit: the verifier may prefill
-            if starts:
-                wire.send(node_id, "claimed", {"starts": starts})
+        for node_id, answer in replies.items():  # after commit: the verifier streams them
+            if answer["starts"] or answer["refused"]:
+                wire.send(node_id, "claimed", answer)
         ids = [entry_id for entry_id, _ in entries]
         self.r.xack(node_reports.STREAM, GROUP, *ids)
         return len(entries)
 
-    def apply(self, entries) -> dict[int, list[list]]:
-        """Apply entries in order, in one transaction; the claimed starts by node."""
+    def apply(self, entries) -> dict[int, dict[str, list]]:
+        """Apply entries in order, in one transaction; the answers to claims by node:
+        {"starts": [[gen, attempt], ..] claimed, "refused": [..] not (ended or moved)}."""
         counts: dict[str, int] = defaultdict(int)
-        replies: dict[int, list[list]] = defaultdict(list)
+        replies: dict[int, dict[str, list]] = defaultdict(lambda: {"starts": [], "refused": []})
         with transaction.atomic():
             for entry_id, fields in entries:
                 outcome = self._apply_one(entry_id, fields, replies)
@@ -213,7 +214,9 @@ class Ledger:
 def _claim(node_id: int, report: dict, replies) -> None:
     starts = [(str(g), int(a)) for g, a in report["starts"]]
     claimed = services.generations_claim(node_id=node_id, starts=starts)
-    replies[node_id].extend([g, a] for g, a in starts if (g, a) in claimed)
+    answer = replies[node_id]
+    for g, a in starts:
+        answer["starts" if (g, a) in claimed else "refused"].append([g, a])
 
 
 def _first_token(node_id: int, report: dict, replies) -> None:

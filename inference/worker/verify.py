@@ -3,10 +3,13 @@ pipeline's max_verify_batch or max_batch_wait_ms, verify them in ONE forward pas
 the accepted tokens, and send each drafter ONE message with its results.
 
 A start is claimed (queued -> running) by a signed report to the control plane's ledger
-(`inference.ledger`; the node holds no database credentials), not in a round: the claim
-comes back as a `claimed` message and the claimed starts that gathered meanwhile are
-prefilled together at the next step. Reports (claims, first tokens, finishes) leave in order
-on one reporter thread and are applied in order, so a finish never overtakes its claim.
+(`inference.ledger`; the node holds no database credentials) and prefilled AT ONCE, in the
+step it arrived in, while the claim travels: its first tokens are held back (nothing is
+streamed, it is not verified further) until the ledger's `claimed` answer confirms the
+attempt, and dropped if the ledger refuses it (cancelled or re-routed meanwhile). A new
+request's TTFT is then the longer of its prefill and its claim, not their sum plus a round.
+Reports (claims, first tokens, finishes) leave in order on one reporter thread and are
+applied in order, so a finish never overtakes its claim.
 
 A new sequence joins its drafter's running group: while the drafter has sequences in flight
 here, the new sequence's draft_start rides along with their next results (one message), so
@@ -28,6 +31,16 @@ from inference.worker.engine_cache import sampling_params
 from inference.worker.engine_loop import FINAL, BaseLoop
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Held:
+    """A prefilled start whose claim is not confirmed yet: what it will stream and send."""
+
+    attempt: int
+    created: float | None
+    events: list = field(default_factory=list)  # (gen, event) to publish
+    draft_start: tuple[int, dict] | None = None  # (drafter, its draft_start entry)
 
 
 @dataclass
@@ -66,7 +79,7 @@ class VerifyLoop(BaseLoop):
         self.pending: dict[str, tuple[list[int], object, float]] = {}  # gen -> draft, arrival
         self.starts: list[dict] = []  # not yet claimed
         self.claiming: dict[tuple[str, int], dict] = {}  # reported, not yet claimed
-        self.claimed: list[dict] = []  # claimed, to prefill at the next step
+        self.held: dict[str, Held] = {}  # prefilled, claim not confirmed yet
         self.sent_at: dict[str, float] = {}  # gen -> when its results went to the drafter
         self.deferred: dict[int, list[dict]] = defaultdict(list)  # drafter -> draft_starts
         self.turnaround: float | None = None  # drafter round trip (EMA, seconds)
@@ -76,10 +89,7 @@ class VerifyLoop(BaseLoop):
         if kind == "start":
             self.starts.append(p)
         elif kind == "claimed":  # from the ledger, after its commit
-            for gid, attempt in p["starts"]:
-                start = self.claiming.pop((gid, attempt), None)
-                if start is not None:
-                    self.claimed.append(start)
+            self._confirm(p.get("starts", []), p.get("refused", []))
         elif kind == "drafts":
             from inference.engine.messages import Draft
 
@@ -107,9 +117,9 @@ class VerifyLoop(BaseLoop):
     def drop(self, gid: str, attempt: float = FINAL) -> None:
         self.tombstones.add(gid, attempt)
         self.starts = [s for s in self.starts if not self.tombstones.blocks(s["gen"], s["attempt"])]
-        self.claimed = [
-            s for s in self.claimed if not self.tombstones.blocks(s["gen"], s["attempt"])
-        ]
+        held = self.held.get(gid)
+        if held is not None and held.attempt <= attempt:
+            del self.held[gid]
         seq = self.seqs.get(gid)
         if seq is not None and seq.attempt <= attempt:
             self.seqs.pop(gid)
@@ -130,12 +140,9 @@ class VerifyLoop(BaseLoop):
             self.handle(kind, payload)
         t0 = time.perf_counter()
         phase("handle", t0 - t1)
-        if self.starts:
+        if self.starts:  # claim and prefill now: never behind the round below
             starts, self.starts = self.starts, []
-            self._claim_later(starts)
-        if self.claimed:
-            starts, self.claimed = self.claimed, []
-            self._start(starts)
+            self._start(self._claim_later(starts))
             t1 = time.perf_counter()
             phase("start", t1 - t0)
             t0 = t1
@@ -174,10 +181,11 @@ class VerifyLoop(BaseLoop):
         return max(0.0, eta - now)
 
     def _ready(self) -> list[str]:
-        """Sequences that can be verified now: drafts in hand, or plain (no drafter)."""
+        """Sequences that can be verified now: drafts in hand, or plain (no drafter); not those
+        whose claim is unconfirmed."""
         out = [g for g in self.pending if g in self.seqs]
         out += [g for g, s in self.seqs.items() if s.drafter is None and g not in self.pending]
-        return out
+        return [g for g in out if g not in self.held] if self.held else out
 
     # -- prefill -----------------------------------------------------------------------------------
     def _fresh(self, starts: list[dict]) -> list[dict]:
@@ -196,9 +204,10 @@ class VerifyLoop(BaseLoop):
             out.append(p)
         return out
 
-    def _claim_later(self, starts: list[dict]) -> None:
-        """Report the claims; the ledger answers with those still queued for this node."""
-        starts = self._fresh(starts)
+    def _claim_later(self, starts: list[dict]) -> list[dict]:
+        """Report the claims (the ledger answers which are still queued for this node); the
+        starts to prefill meanwhile."""
+        starts = list({(p["gen"], p["attempt"]): p for p in self._fresh(starts)}.values())
         if len(self.claiming) > 4096:  # claims the ledger refused are forgotten, bounded
             for key in list(self.claiming)[:1024]:
                 del self.claiming[key]
@@ -206,9 +215,39 @@ class VerifyLoop(BaseLoop):
             self.claiming[(p["gen"], p["attempt"])] = p
         if starts:
             self.report("claim", starts=[[p["gen"], p["attempt"]] for p in starts])
+        return starts
+
+    def _confirm(self, claimed: list, refused: list) -> None:
+        """The ledger's answer: stream what claimed starts hold back, let their drafters go;
+        drop the refused ones (their attempt ended before it began)."""
+        now, ttft, first = datetime.now(UTC), [], []
+        events: list = []
+        for gid, attempt in claimed:
+            self.claiming.pop((gid, attempt), None)
+            held = self.held.get(gid)
+            if held is None or held.attempt != attempt:
+                continue
+            del self.held[gid]
+            events.extend(held.events)
+            first.append(gid)
+            if held.created is not None and attempt == 1:
+                ttft.append(now.timestamp() - held.created)
+            if held.draft_start is not None and gid in self.seqs:
+                drafter, entry = held.draft_start
+                self.sent_at.pop(gid, None)  # set when the draft_start really goes out
+                self.deferred[drafter].append(entry)
+        for gid, attempt in refused:
+            self.claiming.pop((gid, attempt), None)
+            if gid in self.held and self.held[gid].attempt == attempt:
+                self.drop(gid, attempt)
+        if first:
+            self.stats.record_latencies(ttft_s=ttft)
+            self.report("first_token", ids=first, at=now.timestamp())
+            wire.publish_many(events)
+            self._flush_deferred()
 
     def _start(self, starts: list[dict]) -> None:
-        starts = list({(p["gen"], p["attempt"]): p for p in self._fresh(starts)}.values())
+        """Prefill claimed-for starts together; hold what they emit until confirmed."""
         if not starts:
             return
         items, infos = [], []
@@ -240,22 +279,16 @@ class VerifyLoop(BaseLoop):
                 self.engine.free(seq.gen)
                 self._fail(seq, f"prefill failed on verifier: {exc}")
             return
-        now = datetime.now(UTC)
-        ttft = [
-            now.timestamp() - p["created"] for _, p in infos if "created" in p and p["attempt"] == 1
-        ]
-        self.stats.record_latencies(ttft_s=ttft)
-        for seq, _ in infos:
+        for seq, p in infos:
             self.seqs[seq.gen] = seq
-        self.report("first_token", ids=[s.gen for s, _ in infos], at=now.timestamp())
+            self.held[seq.gen] = Held(seq.attempt, p.get("created"))
         drafter_starts = defaultdict(list)
-        events = self._emit(results, drafter_starts=drafter_starts, items=items)
-        wire.publish_many(events)
+        for gid, event in self._emit(results, drafter_starts=drafter_starts, items=items):
+            self.held[gid].events.append((gid, event))
         for drafter, seqs in drafter_starts.items():
             for s in seqs:
-                self.sent_at.pop(s["gen"], None)  # set when the draft_start really goes out
-            self.deferred[drafter].extend(seqs)
-        self._flush_deferred()
+                self.sent_at.pop(s["gen"], None)
+                self.held[s["gen"]].draft_start = (drafter, s)
         self._inspect_dirty = True
 
     def _in_flight(self, drafter: int) -> bool:

@@ -95,7 +95,10 @@ def test_reports_apply_in_order_and_a_node_cannot_act_as_another(db, own_stream)
     assert mine.counters == {"num_drafts": 3, "num_accepted_tokens": 6}
     theirs.refresh_from_db()
     assert (theirs.state, theirs.output_tokens, theirs.started_at) == ("queued", [], None)
-    assert own_stream == [(a.pk, "claimed", {"starts": [[str(mine.pk), 1]]})]  # only A's own
+    # only A's own claim is granted; the one for B's generation is refused
+    assert own_stream == [
+        (a.pk, "claimed", {"starts": [[str(mine.pk), 1]], "refused": [[str(theirs.pk), 1]]})
+    ]
     counts = ledger.stats()
     assert counts["refused"] == 2 and counts["malformed"] == 1, counts
     # B's own, well-signed claim still works
@@ -137,7 +140,10 @@ def test_a_crash_between_commit_and_ack_applies_nothing_twice(db, own_stream):
             before[g.pk].output_tokens,
             before[g.pk].counters,
         )
-    assert own_stream == []  # finished since: nothing to prefill again
+    # finished since: a replayed claim is refused (the verifier holds nothing for it)
+    assert own_stream == [
+        (a.pk, "claimed", {"starts": [], "refused": [[str(g.pk), 1] for g in gens]})
+    ]
     assert restarted.step(block_ms=10) == 0  # acknowledged now
     assert not redis_clients.client().xpending(node_reports.STREAM, ledger.GROUP)["pending"]
 

@@ -139,7 +139,8 @@ def test_verifier_claims_off_the_loop_retries_a_failed_claim_and_skips_ended_row
 ):
     """Claims are applied by the ledger consumer (never in a round, never by the node); a
     claim that fails there (database away) is retried and its generations still finish; a
-    start whose row ended before the claim is never prefilled."""
+    start whose row ended before the claim streams nothing (it is prefilled while the claim
+    travels, then dropped when the ledger refuses it) and frees its KV slot."""
     target, draft = write_pair(tmp_path)
     pipeline, nodes = make_pipeline("claims", target, draft, kind="none", max_batch_wait_ms=5)
     real_claim, threads, calls = services.generations_claim, [], []
@@ -187,7 +188,7 @@ def test_verifier_claims_off_the_loop_retries_a_failed_claim_and_skips_ended_row
         time.sleep(0.05)
     verifier.flush_writes()
     ledger_settled()
-    time.sleep(0.3)  # a prefill, had there been one, would have happened by now
+    time.sleep(0.3)  # the refusal reached the verifier by now
     assert not tokens_of([e for _, e in wire.read_all(ended.pk)])
     assert verifier.slots()["slots_used"] == 0 and str(ended.pk) not in verifier.seqs
 
