@@ -152,9 +152,12 @@ def web_servers(settings, *, host: str, port: int, workers: int | None = None) -
     domain = "INET6" if ":" in host else "INET"
     argv = [_python(), "-m", "daphne", "-e", f"fd:fileno={{fd}}:domain={domain}"]
     argv.append("fleet.asgi:application")
-    shared = {"listen": (host, port), "essential": True}
-    extra = [ChildSpec(name=f"web-{i}", argv=argv, **shared) for i in range(2, workers + 1)]
-    return [*extra, replace(first, argv=argv, **shared)]
+    address = (host, port)
+    extra = [
+        ChildSpec(name=f"web-{i}", argv=argv, listen=address, essential=True)
+        for i in range(2, workers + 1)
+    ]
+    return [*extra, replace(first, argv=argv, listen=address)]
 
 
 def children(settings, *, host: str, port: int) -> list[ChildSpec]:
@@ -278,7 +281,7 @@ class Supervisor:
         return sock.fileno()
 
     def _spawn(self, spec: ChildSpec) -> subprocess.Popen:
-        argv, fds = spec.argv, ()
+        argv, fds = spec.argv, ()  # type: tuple[list[str], tuple[int, ...]]
         if spec.listen is not None:
             fd = self._listening(spec.listen)
             argv, fds = [a.replace("{fd}", str(fd)) for a in argv], (fd,)

@@ -32,6 +32,7 @@ import time
 import uuid
 from collections import defaultdict
 from datetime import UTC, datetime
+from typing import Any
 
 import redis as redis_lib
 from django.db import DatabaseError, transaction
@@ -64,8 +65,8 @@ return 0
 
 
 def stats(client: redis_lib.Redis | None = None) -> dict[str, int]:
-    raw = (client or redis_clients.client()).hgetall(STATS_KEY)
-    return {k.decode(): int(v) for k, v in raw.items()}
+    raw: Any = (client or redis_clients.client()).hgetall(STATS_KEY)
+    return {(k.decode() if isinstance(k, bytes) else k): int(v) for k, v in raw.items()}
 
 
 class Keys:
@@ -112,7 +113,7 @@ class Ledger:
         """Read one batch (our pending entries first), apply it, acknowledge it. Returns how
         many entries were handled."""
         start = "0" if self.backlog else ">"
-        response = self.r.xreadgroup(
+        response: Any = self.r.xreadgroup(
             GROUP,
             CONSUMER,
             {node_reports.STREAM: start},

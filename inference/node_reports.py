@@ -47,7 +47,7 @@ def sign(node_id: int, body: str, key: str) -> str:
     return hmac.new(key.encode(), message, hashlib.sha256).hexdigest()
 
 
-def encode(node_id: int, report: dict[str, Any], *, key: str) -> dict[str, str]:
+def encode(node_id: int, report: dict[str, Any], *, key: str) -> dict[Any, Any]:
     """The stream entry of one report of node `node_id`, signed with its key."""
     if report.get("kind") not in KINDS:
         raise ValueError(f"unknown report kind {report.get('kind')!r}")

@@ -59,10 +59,9 @@ def _load(pipeline: Pipeline, *, exclude: set[int]) -> list[Node]:
 
 def pick_pair(pipeline: Pipeline, *, exclude: set[int] = frozenset()) -> Pair:
     nodes = _load(pipeline, exclude=exclude)
-    verifiers = [n for n in nodes if n.role == PlacementRole.VERIFY]
-    drafters = (
-        [n for n in nodes if n.role == PlacementRole.DRAFT] if needs_drafter(pipeline) else []
-    )
+    role = {n.pk: n.role for n in nodes}  # type: ignore[attr-defined]  # annotated by _load
+    verifiers = [n for n in nodes if role[n.pk] == PlacementRole.VERIFY]
+    drafters = [n for n in nodes if role[n.pk] == PlacementRole.DRAFT and needs_drafter(pipeline)]
     if not verifiers:
         raise NoCapacity(f"pipeline {pipeline.name!r} has no healthy verifier")
     if needs_drafter(pipeline) and not drafters:

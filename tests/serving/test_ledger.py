@@ -85,13 +85,15 @@ def test_reports_apply_in_order_and_a_node_cannot_act_as_another(db, own_stream)
     # ... or, as itself, claims and finishes B's generation
     _xadd(a.pk, {"kind": "claim", "starts": [[str(theirs.pk), 1]]}, key_a)
     _xadd(a.pk, _finish(theirs, [9]), key_a)
-    redis_clients.client().xadd(node_reports.STREAM, {"node": "x", "body": "{}", "sig": ""})
+    garbage: dict = {"node": "x", "body": "{}", "sig": ""}
+    redis_clients.client().xadd(node_reports.STREAM, garbage)
 
     _drain(ledger.Ledger(client=redis_clients.client()))
 
     mine.refresh_from_db()
     assert (mine.state, mine.output_tokens, mine.output_text) == ("finished", [5, 6, 7], "xxx")
-    assert mine.started_at and abs(mine.first_token_at.timestamp() - start) < 1e-3
+    assert mine.started_at and mine.first_token_at
+    assert abs(mine.first_token_at.timestamp() - start) < 1e-3
     assert mine.counters == {"num_drafts": 3, "num_accepted_tokens": 6}
     theirs.refresh_from_db()
     assert (theirs.state, theirs.output_tokens, theirs.started_at) == ("queued", [], None)
@@ -123,7 +125,7 @@ def test_a_crash_between_commit_and_ack_applies_nothing_twice(db, own_stream):
     def crash(*args):
         raise ConnectionError("killed before XACK")
 
-    crashing.r.xack = crash  # its own client: the restarted consumer's is untouched
+    crashing.r.xack = crash  # type: ignore[method-assign]  # its own client: the restarted consumer's is untouched
     with pytest.raises(ConnectionError):
         crashing.step(block_ms=10)
     before = {g.pk: Generation.objects.get(pk=g.pk) for g in gens}
@@ -183,7 +185,7 @@ def test_the_consumer_killed_mid_stream_loses_and_doubles_nothing(transactional_
         tokens = list(range(i % 17 + 1))
         assert (r.state, r.output_tokens) == ("finished", tokens)
         assert r.counters == {"num_drafts": len(tokens), "num_accepted_tokens": 2 * len(tokens)}
-        assert abs(r.first_token_at.timestamp() - (at + i)) < 1e-3
+        assert r.first_token_at and abs(r.first_token_at.timestamp() - (at + i)) < 1e-3
         assert r.started_at is not None and r.started_at <= timezone.now()
     total = sum(r.counters["num_accepted_tokens"] for r in rows.values())
     assert total == sum(2 * (i % 17 + 1) for i in range(n))

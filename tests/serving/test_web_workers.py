@@ -32,10 +32,10 @@ def _ask(port: int, out: list) -> None:
 
 def test_web_children_share_one_listening_socket(tmp_path):
     port = free_port()
-    spec = {"argv": [sys.executable, "-c", SERVER, "{fd}"], "listen": ("127.0.0.1", port)}
+    argv, address = [sys.executable, "-c", SERVER, "{fd}"], ("127.0.0.1", port)
     supervisor = Supervisor(env=dict(os.environ), log=lambda line: None, policy=RestartPolicy())
-    a = supervisor.start(ChildSpec("web-2", **spec))
-    b = supervisor.start(ChildSpec("web", **spec))
+    a = supervisor.start(ChildSpec("web-2", argv, listen=address))
+    b = supervisor.start(ChildSpec("web", argv, listen=address))
     try:
         time.sleep(0.5)
         answers: list[int] = []
