@@ -141,6 +141,17 @@ def web_server(settings, *, host: str, port: int) -> ChildSpec:
     )
 
 
+# daphne adopting an inherited listening socket. Its `--fd` needs Twisted's `fd:` endpoint,
+# which Twisted no longer has; its `systemd:` endpoint takes the socket-activation protocol:
+# the socket at descriptor 3, LISTEN_PID = this process, LISTEN_FDS = 1.
+_ADOPT_SOCKET = (
+    "import os, sys; fd = int(sys.argv[1]); os.dup2(fd, 3); fd == 3 or os.close(fd); "
+    "os.environ.update(LISTEN_PID=str(os.getpid()), LISTEN_FDS='1', LISTEN_FDNAMES='web'); "
+    "os.execv(sys.executable, [sys.executable, '-m', 'daphne', '-e', "
+    "'systemd:domain=' + sys.argv[2] + ':index=0', 'fleet.asgi:application'])"
+)
+
+
 def web_servers(settings, *, host: str, port: int, workers: int | None = None) -> list[ChildSpec]:
     """The web server: one daphne, or `workers` daphne processes accepting on ONE socket the
     supervisor listens on (websockets and SSE work from any of them: channels-redis carries
@@ -150,8 +161,7 @@ def web_servers(settings, *, host: str, port: int, workers: int | None = None) -
     if workers == 1:
         return [first]
     domain = "INET6" if ":" in host else "INET"
-    argv = [_python(), "-m", "daphne", "-e", f"fd:fileno={{fd}}:domain={domain}"]
-    argv.append("fleet.asgi:application")
+    argv = [_python(), "-c", _ADOPT_SOCKET, "{fd}", domain]
     address = (host, port)
     extra = [
         ChildSpec(name=f"web-{i}", argv=argv, listen=address, essential=True)
