@@ -81,6 +81,6 @@ def test_two_daphnes_serve_one_port(transactional_db, settings):
         for _ in range(6):
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as r:
                 assert r.status == 200
-        assert all(c.process.poll() is None for c in supervisor.children)
+        assert all(c.process and c.process.poll() is None for c in supervisor.children)
     finally:
         supervisor.stop_all()
