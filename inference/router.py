@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db.models import F, Func, IntegerField, OuterRef, Q, Subquery
+from django.db import connection
 from django.utils import timezone
 
 from fleet.nodes.choices import SERVING_STATES
 from fleet.nodes.models import Node
-from fleet.pipelines.models import DrafterKind, Pipeline, PlacementRole
+from fleet.pipelines.models import DrafterKind, Pipeline, Placement, PlacementRole
 from inference.models import Generation
 from inference.selectors import ACTIVE_STATES
 
@@ -36,25 +36,28 @@ def needs_drafter(pipeline: Pipeline) -> bool:
 
 def _load(pipeline: Pipeline, *, exclude: set[int]) -> list[Node]:
     """The healthy placed nodes of the pipeline, each with its role (`role`) and its active
-    generations as drafter or verifier (`load`): ONE query (a correlated count)."""
-    now = timezone.now()
-    active = (
-        Generation.objects.filter(state__in=ACTIVE_STATES)
-        .filter(Q(drafter=OuterRef("pk")) | Q(verifier=OuterRef("pk")))
-        .order_by()
-        .annotate(n=Func(F("id"), function="COUNT", output_field=IntegerField()))
-        .values("n")
+    generations as drafter or verifier (`n_active`): ONE query, a correlated count. Raw SQL: the
+    ORM spent more CPU compiling this query than the database spent running it, on the path
+    of every request."""
+    node, placement = Node._meta.db_table, Placement._meta.db_table
+    generation = Generation._meta.db_table
+    serving, active = sorted(SERVING_STATES), list(ACTIVE_STATES)
+    excluded = sorted(exclude)
+    sql = (
+        f"SELECT n.id, n.name, n.state, n.last_seen, p.role AS role, "
+        f"(SELECT COUNT(*) FROM {generation} g WHERE g.state IN ({_marks(active)}) "
+        f"AND (g.drafter_id = n.id OR g.verifier_id = n.id)) AS n_active "
+        f"FROM {node} n JOIN {placement} p ON p.node_id = n.id "
+        f"WHERE p.pipeline_id = %s AND n.state IN ({_marks(serving)}) AND n.last_seen >= %s"
+        + (f" AND n.id NOT IN ({_marks(excluded)})" if excluded else "")
     )
-    return list(
-        Node.objects.filter(
-            placement__pipeline=pipeline,
-            state__in=SERVING_STATES,
-            last_seen__gte=now - Node.liveness_window(),
-        )
-        .exclude(pk__in=exclude)
-        .only("id", "name", "state", "last_seen")
-        .annotate(role=F("placement__role"), load=Subquery(active, output_field=IntegerField()))
-    )
+    since = connection.ops.adapt_datetimefield_value(timezone.now() - Node.liveness_window())
+    params = [*active, pipeline.pk, *serving, since, *excluded]
+    return list(Node.objects.raw(sql, params))
+
+
+def _marks(values: list) -> str:
+    return ", ".join(["%s"] * len(values))
 
 
 def pick_pair(pipeline: Pipeline, *, exclude: set[int] = frozenset()) -> Pair:
@@ -68,6 +71,6 @@ def pick_pair(pipeline: Pipeline, *, exclude: set[int] = frozenset()) -> Pair:
         raise NoCapacity(f"pipeline {pipeline.name!r} has no healthy drafter")
 
     def least(nodes):
-        return min(nodes, key=lambda n: (n.load or 0, n.pk)) if nodes else None
+        return min(nodes, key=lambda n: (n.n_active or 0, n.pk)) if nodes else None
 
     return Pair(drafter=least(drafters), verifier=least(verifiers))

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import torch
 from django.conf import settings
@@ -102,6 +103,8 @@ def database_url() -> str:
         return f"sqlite:///{name}?timeout=20&transaction_mode=IMMEDIATE"
     s = connection.settings_dict
     host, port = s["HOST"] or "localhost", s["PORT"] or 5432
+    if host.startswith("/"):  # a Unix socket's directory
+        return f"postgres://{s['USER']}:{s['PASSWORD']}@{quote(host, safe='')}/{name}"
     return f"postgres://{s['USER']}:{s['PASSWORD']}@{host}:{port}/{name}"
 
 
