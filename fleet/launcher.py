@@ -152,6 +152,11 @@ _ADOPT_SOCKET = (
 )
 
 
+def adopt_socket_argv(fd: int | str, domain: str) -> list[str]:
+    """A daphne serving the inherited listening socket `fd` (domain INET or INET6)."""
+    return [_python(), "-c", _ADOPT_SOCKET, str(fd), domain]
+
+
 def web_servers(settings, *, host: str, port: int, workers: int | None = None) -> list[ChildSpec]:
     """The web server: one daphne, or `workers` daphne processes accepting on ONE socket the
     supervisor listens on (websockets and SSE work from any of them: channels-redis carries
@@ -161,7 +166,7 @@ def web_servers(settings, *, host: str, port: int, workers: int | None = None) -
     if workers == 1:
         return [first]
     domain = "INET6" if ":" in host else "INET"
-    argv = [_python(), "-c", _ADOPT_SOCKET, "{fd}", domain]
+    argv = adopt_socket_argv("{fd}", domain)
     address = (host, port)
     extra = [
         ChildSpec(name=f"web-{i}", argv=argv, listen=address, essential=True)

@@ -93,7 +93,9 @@ class Stack:
         self.logdir = Path(os.environ["TANDEM_DATA_DIR"]) / "logs"
         self.logdir.mkdir(exist_ok=True)
 
-    def spawn(self, name: str, argv: list[str], env: dict | None = None) -> None:
+    def spawn(
+        self, name: str, argv: list[str], env: dict | None = None, pass_fds: tuple = ()
+    ) -> None:
         out = open(self.logdir / f"{name}.log", "w")
         self.names.append(name)
         self.procs.append(
@@ -104,6 +106,7 @@ class Stack:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                pass_fds=pass_fds,
             )
         )
 
@@ -271,20 +274,31 @@ def bench(
     try:
         # TANDEM_BENCH_PROFILE_WEB=FILE: the web process runs under cProfile (stats to FILE)
         profile = os.environ.get("TANDEM_BENCH_PROFILE_WEB")
-        stack.spawn(
-            "web",
-            [
-                sys.executable,
-                *(["-m", "cProfile", "-o", profile] if profile else []),
-                "-m",
-                "daphne",
-                "-b",
-                "127.0.0.1",
-                "-p",
-                str(port),
-                "fleet.asgi:application",
-            ],
-        )
+        web_workers = int(os.environ.get("TANDEM_WEB_WORKERS") or 1)  # the bench's default: 1
+        if web_workers == 1:
+            stack.spawn(
+                "web",
+                [
+                    sys.executable,
+                    *(["-m", "cProfile", "-o", profile] if profile else []),
+                    "-m",
+                    "daphne",
+                    "-b",
+                    "127.0.0.1",
+                    "-p",
+                    str(port),
+                    "fleet.asgi:application",
+                ],
+            )
+        else:  # as `manage.py up` runs them: daphnes accepting on one socket
+            from fleet.launcher import adopt_socket_argv
+
+            listener = socket.create_server(("127.0.0.1", port), backlog=1024)
+            listener.set_inheritable(True)
+            fd = listener.fileno()
+            for i in range(web_workers):
+                name = "web" if i == 0 else f"web-{i + 1}"
+                stack.spawn(name, adopt_socket_argv(fd, "INET"), pass_fds=(fd,))
         stack.spawn("ledger", [sys.executable, "manage.py", "run_ledger"])
         for role, (node, token) in nodes.items():
             stack.spawn(
@@ -317,6 +331,7 @@ def bench(
                 "max_tokens": max_tokens,
                 "requests_per_client": requests_per_client,
                 "worker_threads": int(threads),
+                "web_workers": web_workers,
                 "cpus": os.cpu_count(),
                 "models": str(models),
             }
@@ -337,6 +352,10 @@ def bench(
                 res = drive(base=base, key=key, prompts_per_client=prompts, max_tokens=max_tokens)
                 cpu1 = stack.cpu_s()
                 res["cpu_s"] = {k: round(cpu1[k] - cpu0[k], 2) for k in cpu1}
+                webs = [k for k in res["cpu_s"] if k.startswith("web-")]  # several web processes
+                res["cpu_s"]["web"] = round(
+                    sum(res["cpu_s"].pop(k) for k in webs) + res["cpu_s"]["web"], 2
+                )
                 time.sleep(1.2)
                 after = {r: node_inspect(nodes[r][0].pk)["stats"] for r in nodes}
                 for r in nodes:  # share of the wall time each worker spent in forward passes
