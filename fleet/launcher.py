@@ -31,13 +31,14 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from django.utils.module_loading import import_string
@@ -45,11 +46,13 @@ from django.utils.module_loading import import_string
 from fleet.supervision import FAILED, RESTARTING, RUNNING, write_state
 
 # Dotted paths of `factory(settings) -> list[ChildSpec]`, started in this order between the
-# control worker and the web server: the telemetry aggregator, the fleet simulator, the local
-# node workers (draft/verify). By convention each lives in a `launch.py` beside its code.
+# control worker and the web server: the telemetry aggregator, the fleet simulator, the
+# ledger (node workers' reports -> the database), the local node workers (draft/verify).
+# By convention each lives in a `launch.py` beside its code.
 CHILD_FACTORIES: list[str] = [
     "fleet.telemetry.launch.aggregator_children",
     "fleet.planner.launch.simulator_children",
+    "inference.launch.ledger_children",
     "inference.worker.launch.node_children",
 ]
 
@@ -80,6 +83,10 @@ class ChildSpec:
     node: str = ""
     # Giving up on it stops everything (the web server).
     essential: bool = False
+    # A TCP address (host, port) the supervisor listens on once, for every child that names
+    # it: the child inherits the socket and finds its descriptor where argv says "{fd}".
+    # Several web processes share one port this way (the kernel spreads the connections).
+    listen: tuple[str, int] | None = None
 
 
 def _python() -> str:
@@ -113,6 +120,15 @@ def control_worker(settings) -> ChildSpec:
     )
 
 
+def web_workers() -> int:
+    """TANDEM_WEB_WORKERS: how many web processes serve the port (default: half the cores,
+    at most 8; the node workers need the rest)."""
+    from fleet.env import env_int
+
+    default = min(8, max(1, (os.cpu_count() or 2) // 2))
+    return env_int("TANDEM_WEB_WORKERS", default, minimum=1)
+
+
 def web_server(settings, *, host: str, port: int) -> ChildSpec:
     probe_host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
     if ":" in probe_host:
@@ -125,12 +141,50 @@ def web_server(settings, *, host: str, port: int) -> ChildSpec:
     )
 
 
+# daphne adopting an inherited listening socket. Its `--fd` needs Twisted's `fd:` endpoint,
+# which Twisted no longer has; its `systemd:` endpoint takes the socket-activation protocol:
+# the socket at descriptor 3, LISTEN_PID = this process, LISTEN_FDS = 1.
+_ADOPT_SOCKET = (
+    "import os, sys; fd = int(sys.argv[1]); os.dup2(fd, 3); fd == 3 or os.close(fd); "
+    "os.environ.update(LISTEN_PID=str(os.getpid()), LISTEN_FDS='1', LISTEN_FDNAMES='web'); "
+    "os.execv(sys.executable, [sys.executable, '-m', 'daphne', '-e', "
+    "'systemd:domain=' + sys.argv[2] + ':index=0', 'fleet.asgi:application'])"
+)
+
+
+def adopt_socket_argv(fd: int | str, domain: str) -> list[str]:
+    """A daphne serving the inherited listening socket `fd` (domain INET or INET6)."""
+    return [_python(), "-c", _ADOPT_SOCKET, str(fd), domain]
+
+
+def web_servers(settings, *, host: str, port: int, workers: int | None = None) -> list[ChildSpec]:
+    """The web server: one daphne, or `workers` daphne processes accepting on ONE socket the
+    supervisor listens on (websockets and SSE work from any of them: channels-redis carries
+    group messages across processes, streams are in Redis). "web" comes last: it is probed."""
+    workers = web_workers() if workers is None else workers
+    first = web_server(settings, host=host, port=port)
+    if workers == 1:
+        return [first]
+    domain = "INET6" if ":" in host else "INET"
+    argv = adopt_socket_argv("{fd}", domain)
+    address = (host, port)
+    extra = [
+        ChildSpec(name=f"web-{i}", argv=argv, listen=address, essential=True)
+        for i in range(2, workers + 1)
+    ]
+    return [*extra, replace(first, argv=argv, listen=address)]
+
+
 def children(settings, *, host: str, port: int) -> list[ChildSpec]:
     """Everything `manage.py up` runs besides the embedded Redis, in start order."""
     specs = [control_worker(settings)]
     for path in CHILD_FACTORIES:
         specs.extend(import_string(path)(settings))
-    specs.append(web_server(settings, host=host, port=port))
+    # Node workers reach the control plane through its API (they hold no DB credentials).
+    probe = web_server(settings, host=host, port=port).ready_url or ""
+    api = {"TANDEM_API_URL": probe.removesuffix("/healthz")}
+    specs = [replace(s, env=api | s.env) if s.node else s for s in specs]
+    specs.extend(web_servers(settings, host=host, port=port))
     return specs
 
 
@@ -218,6 +272,7 @@ class Supervisor:
         self.children: list[Child] = []
         self.stop_requested = False
         self.force = False
+        self.sockets: dict[tuple[str, int], socket.socket] = {}
 
     # --- signals ----------------------------------------------------------------------------
     def install_signal_handlers(self) -> None:
@@ -230,9 +285,24 @@ class Supervisor:
         self.stop_requested = True
 
     # --- life cycle ---------------------------------------------------------------------------
+    def _listening(self, address: tuple[str, int]) -> int:
+        sock = self.sockets.get(address)
+        if sock is None:
+            host, port = address
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            sock = socket.create_server((host or "0.0.0.0", port), family=family, backlog=1024)
+            sock.set_inheritable(True)
+            self.sockets[address] = sock
+        return sock.fileno()
+
     def _spawn(self, spec: ChildSpec) -> subprocess.Popen:
+        argv, fds = spec.argv, ()  # type: tuple[list[str], tuple[int, ...]]
+        if spec.listen is not None:
+            fd = self._listening(spec.listen)
+            argv, fds = [a.replace("{fd}", str(fd)) for a in argv], (fd,)
         return subprocess.Popen(
-            spec.argv,
+            argv,
+            pass_fds=fds,
             env={**self.env, **spec.env},
             start_new_session=True,  # own process group: we decide when it gets a signal
             preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
@@ -334,6 +404,9 @@ class Supervisor:
             # belong to someone else's process, which must not get our signals.
             if child.process is not None and child.state == RUNNING:
                 self._stop(child.spec, child.process)
+        for sock in self.sockets.values():
+            sock.close()
+        self.sockets.clear()
         if self.state_file is not None:
             self.state_file.unlink(missing_ok=True)
 

@@ -1,10 +1,13 @@
-"""The one way a Tandem process reaches Redis: the URL from settings, one synchronous client
-per thread and one asyncio client per event loop.
+"""The one way a Tandem process reaches Redis: the URL from settings, ONE connection pool per
+process for the synchronous clients (a client object per thread, all drawing on that pool) and
+one asyncio client, with its pool, per event loop (asyncio connections belong to their loop).
 
 Clients are cached by URL as well, because tests (and `manage.py up`, which starts the embedded
-Redis after settings are read) change `settings.REDIS_URL` inside a running process. A client
-per thread rather than per process: a per-process client shared by daphne's threads was tried
-and reverted (see git history of inference/streams.py), and redis-py clients are cheap.
+Redis after settings are read) change `settings.REDIS_URL` inside a running process. The pool
+is shared, not the client object: a per-process client shared by daphne's threads was tried
+and reverted (see git history of inference/streams.py); a thread's commands check a connection
+out of the pool and give it back, so N threads hold at most N connections, and a new thread
+(daphne's sync_to_async executors come and go) opens none. redis-py pools notice a fork.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 _local = threading.local()
+_pools: dict[str, redis.ConnectionPool] = {}
+_pools_lock = threading.Lock()
 _async_clients: weakref.WeakKeyDictionary[AbstractEventLoop, tuple[str, aioredis.Redis]] = (
     weakref.WeakKeyDictionary()
 )
@@ -38,7 +43,11 @@ def client() -> redis.Redis:
     url = redis_url()
     cached = getattr(_local, "client", None)
     if cached is None or getattr(_local, "url", None) != url:
-        cached = redis.Redis.from_url(url)
+        with _pools_lock:
+            pool = _pools.get(url)
+            if pool is None:
+                pool = _pools[url] = redis.ConnectionPool.from_url(url)
+        cached = redis.Redis(connection_pool=pool)
         _local.client, _local.url = cached, url
     return cached
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.db import connection
 from django.utils import timezone
 
 from fleet.nodes.choices import SERVING_STATES
 from fleet.nodes.models import Node
-from fleet.pipelines.models import DrafterKind, Pipeline, PlacementRole
-from inference.selectors import outstanding_by_node
+from fleet.pipelines.models import DrafterKind, Pipeline, Placement, PlacementRole
+from inference.models import Generation
+from inference.selectors import ACTIVE_STATES
 
 
 class NoCapacity(Exception):
@@ -32,28 +34,43 @@ def needs_drafter(pipeline: Pipeline) -> bool:
     return pipeline.drafter_kind != DrafterKind.NONE
 
 
-def healthy_nodes(pipeline: Pipeline, role: str, *, exclude: set[int] = frozenset()):
-    now = timezone.now()
-    nodes = Node.objects.filter(
-        placement__pipeline=pipeline, placement__role=role, state__in=SERVING_STATES
-    ).exclude(pk__in=exclude)
-    return [n for n in nodes if n.last_seen is not None and not n.is_lost(now)]
+def _load(pipeline: Pipeline, *, exclude: set[int]) -> list[Node]:
+    """The healthy placed nodes of the pipeline, each with its role (`role`) and its active
+    generations as drafter or verifier (`n_active`): ONE query, a correlated count. Raw SQL: the
+    ORM spent more CPU compiling this query than the database spent running it, on the path
+    of every request."""
+    node, placement = Node._meta.db_table, Placement._meta.db_table
+    generation = Generation._meta.db_table
+    serving, active = sorted(SERVING_STATES), list(ACTIVE_STATES)
+    excluded = sorted(exclude)
+    sql = (
+        f"SELECT n.id, n.name, n.state, n.last_seen, p.role AS role, "
+        f"(SELECT COUNT(*) FROM {generation} g WHERE g.state IN ({_marks(active)}) "
+        f"AND (g.drafter_id = n.id OR g.verifier_id = n.id)) AS n_active "
+        f"FROM {node} n JOIN {placement} p ON p.node_id = n.id "
+        f"WHERE p.pipeline_id = %s AND n.state IN ({_marks(serving)}) AND n.last_seen >= %s"
+        + (f" AND n.id NOT IN ({_marks(excluded)})" if excluded else "")
+    )
+    since = connection.ops.adapt_datetimefield_value(timezone.now() - Node.liveness_window())
+    params = [*active, pipeline.pk, *serving, since, *excluded]
+    return list(Node.objects.raw(sql, params))
+
+
+def _marks(values: list) -> str:
+    return ", ".join(["%s"] * len(values))
 
 
 def pick_pair(pipeline: Pipeline, *, exclude: set[int] = frozenset()) -> Pair:
-    verifiers = healthy_nodes(pipeline, PlacementRole.VERIFY, exclude=exclude)
-    drafters = (
-        healthy_nodes(pipeline, PlacementRole.DRAFT, exclude=exclude)
-        if needs_drafter(pipeline)
-        else []
-    )
+    nodes = _load(pipeline, exclude=exclude)
+    role = {n.pk: n.role for n in nodes}  # type: ignore[attr-defined]  # annotated by _load
+    verifiers = [n for n in nodes if role[n.pk] == PlacementRole.VERIFY]
+    drafters = [n for n in nodes if role[n.pk] == PlacementRole.DRAFT and needs_drafter(pipeline)]
     if not verifiers:
         raise NoCapacity(f"pipeline {pipeline.name!r} has no healthy verifier")
     if needs_drafter(pipeline) and not drafters:
         raise NoCapacity(f"pipeline {pipeline.name!r} has no healthy drafter")
-    load = outstanding_by_node([n.pk for n in verifiers + drafters])
 
     def least(nodes):
-        return min(nodes, key=lambda n: (load.get(n.pk, 0), n.pk)) if nodes else None
+        return min(nodes, key=lambda n: (n.n_active or 0, n.pk)) if nodes else None
 
     return Pair(drafter=least(drafters), verifier=least(verifiers))

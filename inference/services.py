@@ -1,7 +1,8 @@
 """Every state change of a generation: keyword-only, atomic, messages to workers after commit.
 
 Web side: `generation_submit`, `generation_cancel`, `push_pipeline_config`.
-Worker side (the verifier owns a running generation's row): `generations_claim`,
+Node side, applied by the ledger consumer (`inference.ledger`) from the verifier's signed
+reports (the verifier owns a running generation's row): `generations_claim`,
 `generations_first_token`, `generation_finish`.
 Control worker: `generations_watchdog` (deadlines, lost nodes -> re-route or fail).
 Supervisor of `manage.py up`: `node_process_gone` (a local node worker died: the same
@@ -152,37 +153,43 @@ def push_pipeline_config(pipeline: Pipeline) -> None:
         wire.send(node_id, "config", payload)
 
 
-# --- worker side: the verifier owns a running generation's row -------------------------------
+# --- node side, applied by the ledger consumer: the verifier owns a running row ----------
+# Each is idempotent by (generation, attempt) and confined to rows assigned to `node_id`
+# (the node that signed the report): a node cannot move another node's generations.
 
 
-def generations_claim(*, starts: list[tuple[str, int]], now: datetime | None = None) -> set[str]:
-    """queued -> running for each (generation id, attempt), in one UPDATE per attempt
-    number; returns the ids claimed (the others were cancelled or re-routed meanwhile)."""
+def generations_claim(
+    *, node_id: int, starts: list[tuple[str, int]], now: datetime | None = None
+) -> set[tuple[str, int]]:
+    """queued -> running for each (generation id, attempt) verified by `node_id`, one UPDATE
+    per attempt number; returns the (id, attempt) pairs that are running there now (a claim
+    applied twice answers the same), not those cancelled or re-routed meanwhile."""
     now = now or timezone.now()
-    claimed: set[str] = set()
+    claimed: set[tuple[str, int]] = set()
     by_attempt: dict[int, list[str]] = {}
     for gid, attempt in starts:
-        by_attempt.setdefault(attempt, []).append(gid)
+        by_attempt.setdefault(int(attempt), []).append(str(gid))
     for attempt, ids in by_attempt.items():
-        with transaction.atomic():
-            Generation.objects.filter(
-                pk__in=ids, state=GenerationState.QUEUED, attempts=attempt
-            ).update(state=GenerationState.RUNNING, started_at=now)
-            claimed |= {
-                str(pk)
-                for pk in Generation.objects.filter(
-                    pk__in=ids, state=GenerationState.RUNNING, attempts=attempt, started_at=now
-                ).values_list("pk", flat=True)
-            }
+        mine = Generation.objects.filter(pk__in=ids, attempts=attempt, verifier_id=node_id)
+        mine.filter(state=GenerationState.QUEUED).update(
+            state=GenerationState.RUNNING, started_at=now
+        )
+        claimed |= {
+            (str(pk), attempt)
+            for pk in mine.filter(state=GenerationState.RUNNING).values_list("pk", flat=True)
+        }
     return claimed
 
 
-def generations_first_token(*, ids: list[str], at: datetime) -> None:
-    Generation.objects.filter(pk__in=ids, first_token_at__isnull=True).update(first_token_at=at)
+def generations_first_token(*, node_id: int, ids: list[str], at: datetime) -> int:
+    return Generation.objects.filter(
+        pk__in=ids, verifier_id=node_id, first_token_at__isnull=True
+    ).update(first_token_at=at)
 
 
 def generation_finish(
     *,
+    node_id: int,
     generation_id,
     attempt: int,
     finish_reason: str,
@@ -196,7 +203,10 @@ def generation_finish(
     state = GenerationState.FAILED if error else GenerationState.FINISHED
     return bool(
         Generation.objects.filter(
-            pk=generation_id, state=GenerationState.RUNNING, attempts=attempt
+            pk=generation_id,
+            state=GenerationState.RUNNING,
+            attempts=attempt,
+            verifier_id=node_id,
         ).update(
             state=state,
             finish_reason=finish_reason,

@@ -176,8 +176,9 @@ def collect_text(events: list[tuple[str, dict]]) -> str:
 # Control messages -- cancel, config (to either role) -- go through the broker: one Celery task,
 # `tandem.node.message`, on the node's own queue `node.<id>`.
 #
-# Messages on the hot path of every request or round -- start (to a verifier), drafts (to a
-# verifier), draft_start and results (to a drafter) -- skip Celery: one RPUSH onto the node's
+# Messages on the hot path of every request or round -- start and claimed (the ledger's answer
+# to a claim; to a verifier), drafts (to a verifier), draft_start and results (to a drafter) --
+# skip Celery: one RPUSH onto the node's
 # Redis list `tandem:node:<id>:rounds`, read with BLPOP by the node's listener thread straight
 # into its engine loop's inbox (publishing a Celery task costs the web process milliseconds of
 # CPU per request). Reordering between the two channels is safe: a start precedes its round
@@ -187,7 +188,7 @@ def collect_text(events: list[tuple[str, dict]]) -> str:
 # messages of ended attempts. Payloads are JSON and name generations by id.
 
 TASK = "tandem.node.message"
-ROUND_KINDS = frozenset({"start", "drafts", "draft_start", "results"})
+ROUND_KINDS = frozenset({"start", "drafts", "draft_start", "results", "claimed"})
 ROUND_TTL_S = 3600  # an idle node's list does not live forever
 
 

@@ -2,8 +2,9 @@
 machine, against the same prompts through the engine in one process.
 
 The bench runs in a throw-away data directory with its own embedded Redis and SQLite
-database (`run()` re-executes the command there), starts daphne and two `run_node` workers
-(one drafter, one verifier) as subprocesses, and drives clients with httpx:
+database (`run()` re-executes the command there), starts daphne, the ledger consumer and two
+`run_node` workers (one drafter, one verifier; no database credentials) as subprocesses, and
+drives clients with httpx:
 POST /api/v1/generations, then GET .../stream (SSE) for the token events. Per N it reports
 tokens/s, ITL p50/p99 (per token: the gap between token events split over their tokens),
 TTFT, the verifier's batch size distribution (the delta of its histogram), then the same
@@ -26,6 +27,7 @@ from pathlib import Path
 from .serving_clients import drive
 
 ROOT = Path(__file__).resolve().parents[2]
+NO_DATABASE = "postgres://nobody:nothing@127.0.0.1:9/no-database-for-node-workers"
 
 
 def _free_port() -> int:
@@ -91,7 +93,9 @@ class Stack:
         self.logdir = Path(os.environ["TANDEM_DATA_DIR"]) / "logs"
         self.logdir.mkdir(exist_ok=True)
 
-    def spawn(self, name: str, argv: list[str], env: dict | None = None) -> None:
+    def spawn(
+        self, name: str, argv: list[str], env: dict | None = None, pass_fds: tuple = ()
+    ) -> None:
         out = open(self.logdir / f"{name}.log", "w")
         self.names.append(name)
         self.procs.append(
@@ -102,6 +106,7 @@ class Stack:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                pass_fds=pass_fds,
             )
         )
 
@@ -175,6 +180,18 @@ def _wait(check, timeout: float, what: str, stack: Stack) -> None:
                 )
         time.sleep(0.3)
     raise RuntimeError(f"timed out waiting for {what}:\n{stack.tail()}")
+
+
+def _wait_rows(ids: list[str], stack: Stack, timeout: float = 60) -> None:
+    """The rows of a run's generations, once the ledger has written their finishes (the
+    streams end first: the verifier reports its finishes after publishing them)."""
+    from inference.models import Generation
+    from inference.selectors import ACTIVE_STATES
+
+    def written():
+        return not Generation.objects.filter(pk__in=ids, state__in=ACTIVE_STATES).exists()
+
+    _wait(written, timeout, "the ledger to write the finished rows", stack)
 
 
 def _hist_delta(before: dict, after: dict) -> dict[int, int]:
@@ -255,24 +272,40 @@ def bench(
     stack = Stack(log)
     threads = str(max(1, (os.cpu_count() or 2) // 2))
     try:
-        stack.spawn(
-            "web",
-            [
-                sys.executable,
-                "-m",
-                "daphne",
-                "-b",
-                "127.0.0.1",
-                "-p",
-                str(port),
-                "fleet.asgi:application",
-            ],
-        )
+        # TANDEM_BENCH_PROFILE_WEB=FILE: the web process runs under cProfile (stats to FILE)
+        profile = os.environ.get("TANDEM_BENCH_PROFILE_WEB")
+        web_workers = int(os.environ.get("TANDEM_WEB_WORKERS") or 1)  # the bench's default: 1
+        if web_workers == 1:
+            stack.spawn(
+                "web",
+                [
+                    sys.executable,
+                    *(["-m", "cProfile", "-o", profile] if profile else []),
+                    "-m",
+                    "daphne",
+                    "-b",
+                    "127.0.0.1",
+                    "-p",
+                    str(port),
+                    "fleet.asgi:application",
+                ],
+            )
+        else:  # as `manage.py up` runs them: daphnes accepting on one socket
+            from fleet.launcher import adopt_socket_argv
+
+            listener = socket.create_server(("127.0.0.1", port), backlog=1024)
+            listener.set_inheritable(True)
+            fd = listener.fileno()
+            for i in range(web_workers):
+                name = "web" if i == 0 else f"web-{i + 1}"
+                stack.spawn(name, adopt_socket_argv(fd, "INET"), pass_fds=(fd,))
+        stack.spawn("ledger", [sys.executable, "manage.py", "run_ledger"])
         for role, (node, token) in nodes.items():
             stack.spawn(
                 role,
                 [sys.executable, "manage.py", "run_node", "--role", role],
                 {
+                    "DATABASE_URL": NO_DATABASE,  # node workers need none
                     "TANDEM_NODE_ID": str(node.pk),
                     "TANDEM_NODE_TOKEN": token,
                     "TANDEM_API_URL": base,
@@ -298,6 +331,7 @@ def bench(
                 "max_tokens": max_tokens,
                 "requests_per_client": requests_per_client,
                 "worker_threads": int(threads),
+                "web_workers": web_workers,
                 "cpus": os.cpu_count(),
                 "models": str(models),
             }
@@ -318,6 +352,10 @@ def bench(
                 res = drive(base=base, key=key, prompts_per_client=prompts, max_tokens=max_tokens)
                 cpu1 = stack.cpu_s()
                 res["cpu_s"] = {k: round(cpu1[k] - cpu0[k], 2) for k in cpu1}
+                webs = [k for k in res["cpu_s"] if k.startswith("web-")]  # several web processes
+                res["cpu_s"]["web"] = round(
+                    sum(res["cpu_s"].pop(k) for k in webs) + res["cpu_s"]["web"], 2
+                )
                 time.sleep(1.2)
                 after = {r: node_inspect(nodes[r][0].pk)["stats"] for r in nodes}
                 for r in nodes:  # share of the wall time each worker spent in forward passes
@@ -328,6 +366,10 @@ def bench(
                     res[f"{r}_phase_frac"] = _phase_fracs(before[r], after[r], res["wall_s"])
                 res["drafter_turnaround_ms"] = node_inspect(nodes["verify"][0].pk).get(
                     "drafter_turnaround_ms"
+                )
+                _wait_rows(res["ids"], stack)
+                res["web_cpu_ms_per_request"] = round(
+                    res["cpu_s"]["web"] * 1000 / max(res["requests"], 1), 2
                 )
                 hist = _hist_delta(
                     before["verify"]["batch_size_hist"], after["verify"]["batch_size_hist"]
@@ -371,6 +413,13 @@ def bench(
         big = max(ns)
         report[f"mean_verify_batch_n{big}"] = report[f"spec_n{big}"]["mean_verify_batch"]
         report[f"workers_vs_inprocess_n{big}"] = report[f"spec_n{big}"]["workers_vs_inprocess"]
+        report[f"ttft_p50_ms_n{big}"] = report[f"spec_n{big}"]["ttft_ms_p50"]
+        report[f"ttft_p99_ms_n{big}"] = report[f"spec_n{big}"]["ttft_ms_p99"]
+        # the web process's CPU per request: both modes at every N, all requests together
+        runs = [v for k, v in report.items() if k.startswith(("spec_n", "plain_n"))]
+        report["web_cpu_ms_per_request"] = round(
+            sum(r["cpu_s"]["web"] for r in runs) * 1000 / sum(r["requests"] for r in runs), 2
+        )
         return report
     finally:
         stack.close()
@@ -380,7 +429,9 @@ def _line(mode: str, n: int, r: dict) -> str:
     return (
         f"{mode:5s} N={n:<3d} workers {r['tokens_per_s']:7.1f} tok/s  "
         f"ITL p50 {r['itl_ms_p50']:6.1f} ms "
-        f"p99 {r['itl_ms_p99']:6.1f} ms  TTFT p50 {r['ttft_ms_p50']:6.0f} ms | in-process "
+        f"p99 {r['itl_ms_p99']:6.1f} ms  TTFT p50 {r['ttft_ms_p50']:6.0f} ms "
+        f"p99 {r['ttft_ms_p99']:6.0f} ms  web CPU {r['web_cpu_ms_per_request']:.1f} ms/req"
+        " | in-process "
         f"{r['inprocess']['tokens_per_s']:7.1f} tok/s  ratio {r['workers_vs_inprocess']:.2f} | "
         f"verify batch mean {r['mean_verify_batch']:.1f} "
         f"| busy: verifier {r['verify_busy_frac']:.2f}"

@@ -87,6 +87,7 @@ def drive(*, base: str, key: str, prompts_per_client: list[list[str]], max_token
         "itl_ms_p50": (percentile(itl, 0.5) or 0) * 1000,
         "itl_ms_p99": (percentile(itl, 0.99) or 0) * 1000,
         "ttft_ms_p50": (percentile(ttft, 0.5) or 0) * 1000,
+        "ttft_ms_p99": (percentile(ttft, 0.99) or 0) * 1000,
         "errors": errors[:5],
         "ids": [r["id"] for r in records],
     }

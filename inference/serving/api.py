@@ -368,14 +368,19 @@ async def generation_stream(request, generation_id):
         )
 
     async def events():
-        try:
-            async for entry_id, event in sse.follow(
+        try:  # every event that arrived together in one chunk: one write per round
+            async for batch in sse.follow_batches(
                 generation_id, last_id=last_id, idle_timeout_s=STREAM_IDLE_TIMEOUT_S
             ):
-                if entry_id is None:  # a keep-alive tick, or the end of a stream gone quiet
-                    yield sse.KEEPALIVE_COMMENT if event["type"] == sse.KEEPALIVE else b""
-                else:
-                    yield _sse_event(entry_id, event)
+                chunk = b"".join(
+                    _sse_event(entry_id, event)
+                    if entry_id is not None
+                    # a keep-alive tick, or the end of a stream gone quiet
+                    else (sse.KEEPALIVE_COMMENT if event["type"] == sse.KEEPALIVE else b"")
+                    for entry_id, event in batch
+                )
+                if chunk:
+                    yield chunk
         except Exception:  # headers are sent: end with an error event, never a silent cut
             log.exception("stream of generation %s failed", generation_id)
             failure = {"type": "error", "error": "The server failed while streaming."}

@@ -4,7 +4,10 @@ views of the REST API and of /v1.
 It yields the stream's events until a terminal one, a keep-alive tick after each `keepalive_s`
 of silence (the SSE views write it as a comment line), and gives up with a timeout event
 after `idle_timeout_s` without any event, so nobody waits forever on a stream no worker
-writes to. Each follower reads on its own connection: a blocking XREAD holds it.
+writes to. Each follower's blocking XREAD holds one connection of the event loop's pool
+(`fleet.redis_clients.async_client`) while it blocks, and gives it back after: no connection
+is opened per request. `follow_batches` yields every event that arrived together, so the SSE
+view writes a round's tokens in one chunk.
 
 Writing the tick is what lets the server notice a client that hung up (daphne does not read
 from a connection while it serves a request, so a silent stream would never learn that its
@@ -23,8 +26,6 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-import redis.asyncio as aioredis
-
 from fleet import redis_clients
 from inference import wire
 
@@ -42,7 +43,7 @@ async def _pump(
     block_ms: int,
     idle_timeout_s: float,
 ) -> None:
-    client = aioredis.Redis.from_url(redis_clients.redis_url())
+    client = redis_clients.async_client()  # the loop's pool: no connection per request
     quiet_since = time.monotonic()
     try:
         while not stop.is_set():
@@ -62,8 +63,6 @@ async def _pump(
                         return
     except Exception as exc:  # handed to the consumer, raised there
         queue.put_nowait((None, exc))
-    finally:
-        await client.aclose()
 
 
 async def follow(
@@ -78,6 +77,27 @@ async def follow(
     a final (None, {"type": "timeout"}) if the stream went quiet for `idle_timeout_s`.
 
     Keep `block_ms` under redis-py's socket timeout (5 s by default)."""
+    async for batch in follow_batches(
+        generation_id,
+        last_id=last_id,
+        keepalive_s=keepalive_s,
+        idle_timeout_s=idle_timeout_s,
+        block_ms=block_ms,
+    ):
+        for item in batch:
+            yield item
+
+
+async def follow_batches(
+    generation_id,
+    *,
+    last_id: str = "0",
+    keepalive_s: float | None = 2.0,
+    idle_timeout_s: float = 120.0,
+    block_ms: int = 1000,
+) -> AsyncIterator[list[tuple[str | None, dict]]]:
+    """What `follow` yields, grouped: every event already there when the consumer looks
+    (a verifier round's tokens arrive together), at least one per batch."""
     queue: asyncio.Queue = asyncio.Queue()
     stop = asyncio.Event()
     key = wire.stream_key(generation_id)
@@ -88,15 +108,22 @@ async def follow(
     try:
         while True:
             try:
-                entry_id, event = await asyncio.wait_for(queue.get(), keepalive_s)
+                first = await asyncio.wait_for(queue.get(), keepalive_s)
             except TimeoutError:
-                yield None, {"type": KEEPALIVE}
+                yield [(None, {"type": KEEPALIVE})]
                 continue
-            if isinstance(event, Exception):
-                raise event
-            yield entry_id, event
-            if event.get("type") in wire.TERMINAL_TYPES or event.get("type") == TIMEOUT:
-                return
+            batch = [first]
+            while not queue.empty():
+                batch.append(queue.get_nowait())
+            out = []
+            for entry_id, event in batch:
+                if isinstance(event, Exception):
+                    raise event
+                out.append((entry_id, event))
+                if event.get("type") in wire.TERMINAL_TYPES or event.get("type") == TIMEOUT:
+                    yield out
+                    return
+            yield out
     finally:
         stop.set()  # the pump ends at its next read; never cancelled (see the module doc)
 

@@ -3,8 +3,10 @@
 from django.urls import path
 
 from inference.serving import api
+from inference.serving.node_session import NodeSessionView
 
 urlpatterns = [
+    path("node-session", NodeSessionView.as_view(), name="api-node-session"),
     path("generations", api.GenerationListCreate.as_view(), name="api-generation-list"),
     path(
         "generations/<uuid:generation_id>",

@@ -3,8 +3,9 @@ telemetry through the node token over HTTP, publishes the same figures to the te
 stream every second, and stops heartbeating when the engine loop stalls (so the control
 plane marks the node lost and re-routes its work).
 
-The agent talks to the control plane at TANDEM_API_URL with `Authorization: Bearer tdn_...`.
-Without TANDEM_API_URL (one machine, same database) it calls the heartbeat service directly.
+The agent talks to the control plane at TANDEM_API_URL with `Authorization: Bearer tdn_...`;
+it never touches the database (a node holds no database credentials). It signs telemetry with
+the key the control plane gave the node at boot (and repeats in each heartbeat reply).
 """
 
 from __future__ import annotations
@@ -132,15 +133,25 @@ def accumulate(samples: list[dict]) -> dict:
 
 
 class Agent:
-    def __init__(self, *, node, loop, token: str, api_url: str = "", period_s: float | None = None):
-        self.node_id, self.loop, self.token = node.pk, loop, token
+    def __init__(
+        self,
+        *,
+        node_id: int,
+        profile: dict,
+        loop,
+        token: str,
+        api_url: str,
+        key: str | None = None,
+        period_s: float | None = None,
+    ):
+        self.node_id, self.loop, self.token = node_id, loop, token
         self.api_url = api_url.rstrip("/")
+        self.key = key
         self.period_s = float(period_s or settings.HEARTBEAT_PERIOD_S)
         self.device = device_info(engine_device(loop.engine))
-        profile = node.profile
         self.power = PowerMeter(
-            idle_w=profile.idle_w,
-            tdp_w=profile.tdp_w,
+            idle_w=float(profile["idle_w"]),
+            tdp_w=float(profile["tdp_w"]),
             gpu=self.device.get("kind") == "gpu",
             gpu_index=int(self.device.get("device", "cuda:0").partition(":")[2] or 0),
         )
@@ -217,33 +228,20 @@ class Agent:
 
     # -- transport --------------------------------------------------------------------------------
     def send_heartbeat(self, body: dict) -> None:
-        if self.api_url:
-            if self._http is None:
-                import httpx
+        if self._http is None:
+            import httpx
 
-                self._http = httpx.Client(timeout=10)
-            r = self._http.post(
-                f"{self.api_url}/api/v1/nodes/{self.node_id}/heartbeat",
-                json=body,
-                headers={"Authorization": f"Bearer {self.token}"},
-            )
-            r.raise_for_status()
-            self.last_reply = r.json()
-        else:
-            from fleet.nodes.models import Node
-            from fleet.nodes.services import node_heartbeat
+            from inference.worker.boot import api_headers
 
-            node_heartbeat(node=Node.objects.get(pk=self.node_id), **body)
+            self._http = httpx.Client(timeout=10, headers=api_headers(self.token))
+        r = self._http.post(f"{self.api_url}/api/v1/nodes/{self.node_id}/heartbeat", json=body)
+        r.raise_for_status()
+        self.last_reply = r.json()
 
     def telemetry_key(self) -> str | None:
-        """The key its samples are signed with: given by the control plane in each heartbeat
-        reply when it is remote (None before the first reply), derived here otherwise (same
-        machine, same SECRET_KEY)."""
-        if self.api_url:
-            return (self.last_reply or {}).get("telemetry_key")
-        from fleet.nodes.signing import token_key
-
-        return token_key(self.node_id, self.token)
+        """The key its samples are signed with: the latest heartbeat reply's, else the one
+        the control plane gave at boot (None: nothing to sign with yet)."""
+        return (self.last_reply or {}).get("telemetry_key") or self.key
 
     def publish(self, sample: dict) -> None:
         from fleet.telemetry.ingest import publish_sample

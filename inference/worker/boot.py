@@ -1,70 +1,126 @@
-"""Boot of one node worker process: find the node and its placement, load the engine once,
-start the engine loop and the agent, then consume `node.<id>` with a solo Celery pool."""
+"""Boot of one node worker process: ask the control plane who this node is (its token
+authenticates it; no database), load the engine once, start the engine loop and the agent,
+then consume `node.<id>` with a solo Celery pool."""
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 
 from django.core.exceptions import ImproperlyConfigured
 
-from fleet.nodes.models import Node
-from fleet.pipelines.models import Placement
 from inference.wire import node_queue
 from inference.worker import engine_loop
 
 logger = logging.getLogger(__name__)
 
-
-def resolve_node(ref: str) -> Node:
-    node = (
-        Node.objects.select_related("profile")
-        .filter(**({"pk": int(ref)} if ref.isdigit() else {"name": ref}))
-        .first()
-    )
-    if node is None:
-        raise ImproperlyConfigured(f"TANDEM_NODE_ID: no node {ref!r}")
-    return node
+SESSION_PATH = "/api/v1/node-session"
 
 
-def build_loop(node: Node, role: str):
-    placement = Placement.objects.select_related("pipeline").filter(node=node).first()
+def api_headers(token: str) -> dict[str, str]:
+    """The node token, and X-Forwarded-Proto when TANDEM_API_FORWARDED_PROTO says the node
+    reaches the web server inside a private network, past the TLS proxy (compose)."""
+    from fleet.env import env_str
+
+    headers = {"Authorization": f"Bearer {token}"}
+    if proto := env_str("TANDEM_API_FORWARDED_PROTO", ""):
+        headers["X-Forwarded-Proto"] = proto
+    return headers
+
+
+def fetch_session(api_url: str, token: str, *, timeout_s: float = 300.0) -> dict:
+    """The node's session from the control plane (`inference.serving.node_session`). Waits
+    for the API while it starts (`manage.py up` starts the web server after the workers);
+    a refused token fails at once."""
+    import httpx
+
+    if not api_url:
+        raise ImproperlyConfigured(
+            "TANDEM_API_URL is required: a node worker learns its node, placement and signing "
+            "key from the control plane's API (it holds no database credentials)"
+        )
+    deadline, said = time.monotonic() + timeout_s, False
+    url = api_url.rstrip("/") + SESSION_PATH
+    headers = api_headers(token)
+    while True:
+        try:
+            r = httpx.get(url, headers=headers, timeout=10)
+            if r.status_code in (401, 403):
+                raise ImproperlyConfigured(f"the control plane refused this node token: {r.text}")
+            r.raise_for_status()
+            return r.json()
+        except (httpx.HTTPError, ValueError) as exc:
+            if time.monotonic() > deadline:
+                raise ImproperlyConfigured(f"no answer from {url} in {timeout_s:g}s") from exc
+            if not said:
+                logger.warning("waiting for the control plane at %s (%s)", url, exc)
+                said = True
+            time.sleep(1.0)
+
+
+def check_node(session: dict, node_ref: str) -> None:
+    """TANDEM_NODE_ID, when given, must name the token's node."""
+    if node_ref and node_ref not in (str(session["node"]), session["name"]):
+        raise ImproperlyConfigured(
+            f"TANDEM_NODE_ID is {node_ref!r}, but the token is node {session['name']!r}'s"
+        )
+
+
+def build_loop(session: dict, role: str):
+    placement = session.get("placement")
+    name = session["name"]
     if placement is None:
-        raise ImproperlyConfigured(f"node {node.name!r} is not placed in any pipeline")
-    if placement.role != role:
-        raise ImproperlyConfigured(f"node {node.name!r} is placed as {placement.role}, not {role}")
-    pipeline = placement.pipeline
+        raise ImproperlyConfigured(f"node {name!r} is not placed in any pipeline")
+    if placement["role"] != role:
+        raise ImproperlyConfigured(f"node {name!r} is placed as {placement['role']}, not {role}")
+    config = placement["config"]
     from inference.worker import engine_cache
 
-    common = {"node_id": node.pk, "pipeline_id": pipeline.pk, "config": pipeline.config()}
+    common = {
+        "node_id": session["node"],
+        "pipeline_id": placement["pipeline"],
+        "config": config,
+        "key": session["signing_key"],
+    }
     if role == "verify":
         from inference.worker.verify import VerifyLoop
 
-        return VerifyLoop(engine=engine_cache.load_verify_engine(pipeline.target_model), **common)
+        return VerifyLoop(engine=engine_cache.load_verify_engine(config["target_model"]), **common)
     from inference.worker.draft import DraftLoop
 
-    kind = pipeline.drafter_kind if pipeline.drafter_kind != "none" else "ngram"
-    return DraftLoop(engine=engine_cache.load_draft_engine(kind, pipeline.draft_model), **common)
+    kind = config["drafter_kind"] if config["drafter_kind"] != "none" else "ngram"
+    engine = engine_cache.load_draft_engine(kind, config["draft_model"])
+    return DraftLoop(engine=engine, **common)
 
 
 def run(*, node_ref: str, role: str, token: str, api_url: str, loglevel: str = "WARNING") -> None:
     from fleet.celery import app
     from inference.worker.agent import Agent
 
-    node = resolve_node(node_ref)
-    loop = build_loop(node, role)
+    session = fetch_session(api_url, token)
+    check_node(session, node_ref)
+    node_id = session["node"]
+    loop = build_loop(session, role)
     engine_loop.install(loop)
     loop.start()
-    agent = Agent(node=node, loop=loop, token=token, api_url=api_url)
+    agent = Agent(
+        node_id=node_id,
+        profile=session["profile"],
+        loop=loop,
+        token=token,
+        api_url=api_url,
+        key=session["signing_key"],
+    )
     agent.start()
-    logger.info("node %s (%s) serving on %s", node.name, role, node_queue(node.pk))
+    logger.info("node %s (%s) serving on %s", session["name"], role, node_queue(node_id))
     app.worker_main(
         [
             "worker",
-            f"--queues={node_queue(node.pk)}",
+            f"--queues={node_queue(node_id)}",
             "--pool=solo",
             "--concurrency=1",
-            f"--hostname={role}-{node.pk}-{os.getpid()}@%h",
+            f"--hostname={role}-{node_id}-{os.getpid()}@%h",
             "--without-gossip",
             "--without-mingle",
             "--without-heartbeat",

@@ -1,5 +1,7 @@
 """The engine host of one node worker process: the engine loop thread, its inbox, a
-persister thread for the few database writes, and inspection state in Redis.
+reporter thread that sends the loop's reports (claims, first tokens, finishes) to the
+control plane's ledger as signed stream entries (`inference.node_reports`; a node holds no
+database credentials), and inspection state in Redis.
 
 The Celery task `tandem.node.message` (solo pool, main thread) only drops control messages
 into the inbox, and a listener thread drops round messages from the node's Redis list
@@ -18,7 +20,7 @@ from collections import OrderedDict
 from typing import Any
 
 from fleet import redis_clients
-from inference import wire
+from inference import node_reports, wire
 from inference.worker.live_figures import LoopStats
 
 logger = logging.getLogger(__name__)
@@ -57,21 +59,12 @@ class Tombstones:
         return gid in self.ids and self.ids[gid] >= attempt
 
 
-def _closing_db_connections(target) -> None:
-    """Run a loop thread and close its own database connections when it ends."""
-    try:
-        target()
-    finally:
-        from django.db import connections
-
-        connections.close_all()
-
-
 class BaseLoop:
     role = ""
 
-    def __init__(self, *, node_id: int, pipeline_id: int, config: dict):
+    def __init__(self, *, node_id: int, pipeline_id: int, config: dict, key: str = ""):
         self.node_id, self.pipeline_id = node_id, pipeline_id
+        self.key = key  # this node's signing key (from the control plane, see boot.py)
         self.config = dict(config)
         self.inbox: queue.Queue[tuple[str, dict]] = queue.Queue()
         self.stats = LoopStats()
@@ -84,20 +77,15 @@ class BaseLoop:
 
     # -- life cycle --------------------------------------------------------------------------
     def start(self) -> None:
-        threads = (("engine", self._run), ("persist", self._persist), ("listen", self._listen))
+        threads = (("engine", self._run), ("report", self._report), ("listen", self._listen))
         for name, target in threads:
-            t = threading.Thread(
-                target=_closing_db_connections,
-                args=(target,),
-                name=f"{self.role}-{name}",
-                daemon=True,
-            )
+            t = threading.Thread(target=target, name=f"{self.role}-{name}", daemon=True)
             t.start()
             self._threads.append(t)
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop the threads and wait for them (bounded), so that nothing of this loop still
-        touches the database or Redis once stop() returns."""
+        touches Redis once stop() returns."""
         self.stopping.set()
         self._writes.put(None)
         for t in self._threads:
@@ -158,30 +146,54 @@ class BaseLoop:
     def send(self, node_id: int, kind: str, payload: dict[str, Any]) -> None:
         wire.send(node_id, kind, payload)
 
-    def later(self, fn, *args, **kwargs) -> None:
-        """Run a database write on the persister thread (never in a round)."""
-        self._writes.put((fn, args, kwargs))
+    def report(self, kind: str, **body: Any) -> None:
+        """Queue a report for the ledger (never sent from inside a round)."""
+        self._writes.put({"kind": kind, **body})
 
-    def _persist(self) -> None:
-        from django.db import close_old_connections
-
+    def _report(self) -> None:
+        """The reporter thread: every report queued meanwhile goes out signed, in order, in
+        one pipelined round trip; a failed send is retried (Redis away for a moment)."""
         while True:
             item = self._writes.get()
             if item is None:
                 return
-            fn, args, kwargs = item
-            for attempt in range(3):
+            batch = [item]
+            while True:
                 try:
-                    fn(*args, **kwargs)
+                    item = self._writes.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    self._writes.put(None)
+                    break
+                batch.append(item)
+            reports = [i for i in batch if isinstance(i, dict)]
+            for attempt in range(50):
+                try:
+                    self._send_reports(reports)
                     break
                 except Exception:
-                    logger.exception("persist %s failed (attempt %d)", fn.__name__, attempt + 1)
-                    close_old_connections()
+                    logger.exception("node %s: reports not sent (try %d)", self.node_id, attempt)
                     time.sleep(0.2)
+            for i in batch:
+                if callable(i):
+                    i()
+
+    def _send_reports(self, reports: list[dict]) -> None:
+        if not reports:
+            return
+        pipe = redis_clients.client().pipeline(transaction=False)
+        for r in reports:
+            entry = node_reports.encode(self.node_id, r, key=self.key)
+            pipe.xadd(
+                node_reports.STREAM, entry, maxlen=node_reports.STREAM_MAXLEN, approximate=True
+            )
+        pipe.execute()
 
     def flush_writes(self, timeout: float = 10.0) -> None:
+        """Wait until every report queued so far has been sent."""
         done = threading.Event()
-        self._writes.put((done.set, (), {}))
+        self._writes.put(done.set)
         done.wait(timeout)
 
     # -- inspection -------------------------------------------------------------------------------

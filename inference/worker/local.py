@@ -6,27 +6,29 @@
   this machine, a few minutes on a CPU): a high-acceptance pair, not a language model.
 
 Each has two nodes on this machine (``<name>-draft``, ``<name>-verify``), one worker process
-each. Both processes call `ensure_local`: the rows first (so the console and the API show the
-pipeline while its models are prepared), then, under a file lock, the models if missing (the
-first process makes them; the second finds them). Progress goes to the warm-up state in
-`inference.wire`, which the console shows and the API turns into 503 + Retry-After. Each call
-issues the node a fresh token (the old one is revoked): one process per node on this machine.
+each. The control plane writes their rows and issues their tokens (`inference.local_nodes`,
+`manage.py local_nodes`: `up` runs it after its migrations) into DATA_DIR/nodes/; both worker
+processes call `ensure_local`: their credentials from there, then, under a file lock, the
+models if missing (the first process makes them; the second finds them). Progress goes to the
+warm-up state in `inference.wire`, which the console shows and the API turns into 503 +
+Retry-After. Node processes never touch the database.
 """
 
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from django.db import transaction
 
 from fleet.env import env_list
 from inference import wire
@@ -135,55 +137,30 @@ def default_pipelines() -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _profile():
-    from fleet.nodes.models import HardwareProfile
-
-    profile = HardwareProfile.objects.filter(slug="generic-cpu").first()
-    if profile is None:
-        profile, _ = HardwareProfile.objects.get_or_create(
-            slug="local-cpu",
-            defaults=dict(
-                kind="cpu",
-                vendor="Local",
-                model="CPU",
-                memory_gb=16,
-                memory_bandwidth_gbs=50,
-                peak_bf16_tflops=1,
-                tdp_w=65,
-                idle_w=10,
-            ),
-        )
-    return profile
-
-
 def node_name(pipeline: str, role: str) -> str:
     return f"{pipeline}-{role}"
 
 
-def _ensure_rows(spec: LocalPipeline, role: str) -> tuple[int, str]:
-    from fleet.nodes.models import Node
-    from fleet.nodes.services import node_register, node_token_rotate
-    from fleet.pipelines.models import Pipeline, Placement
+def credentials_path(name: str) -> Path:
+    """Where the control plane leaves a local node's id and token (`manage.py local_nodes`,
+    run by `up` after its migrations and by compose's migrate service)."""
+    return Path(settings.DATA_DIR) / "nodes" / f"{name}.json"
 
-    with transaction.atomic():
-        pipeline, _ = Pipeline.objects.get_or_create(
-            name=spec.name,
-            defaults=dict(
-                target_model=spec.target_model,
-                draft_model=spec.draft_model,
-                drafter_kind=spec.drafter_kind,
-                description=spec.description,
-            ),
-        )
-        name = node_name(spec.name, role)
-        node = Node.objects.filter(name=name).first()
-        if node is None:
-            node, token = node_register(name=name, profile=_profile(), roles=[role])
-        else:
-            _, token = node_token_rotate(node=node)
-        if not Placement.objects.filter(node=node).exists():
-            Placement.objects.create(pipeline=pipeline, node=node, role=role)
-    return node.pk, token
+
+def read_credentials(name: str, *, timeout_s: float = 120.0, log=print) -> tuple[int, str]:
+    path, said = credentials_path(name), False
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise ImproperlyConfigured(
+                f"no credentials for local node {name!r} at {path}: run `manage.py local_nodes`"
+            )
+        if not said:
+            log(f"{name}: waiting for the control plane to register it ({path})...")
+            said = True
+        time.sleep(0.5)
+    value = json.loads(path.read_text())
+    return int(value["node"]), str(value["token"])
 
 
 def _locked(path: Path):
@@ -193,7 +170,9 @@ def _locked(path: Path):
 
 
 def ensure_local(*, name: str, role: str, log=print) -> tuple[int, str]:
-    """The node of `role` in local pipeline `name` (rows, then models): (node id, token)."""
+    """The node of `role` in local pipeline `name` (its credentials, which the control plane
+    wrote, then the models): (node id, token). No database: the rows are the control
+    plane's (`inference.local_nodes`)."""
     spec = PIPELINES.get(name)
     if spec is None:
         raise ImproperlyConfigured(
@@ -205,8 +184,7 @@ def ensure_local(*, name: str, role: str, log=print) -> tuple[int, str]:
     if not all((target / f).exists() for f in ("config.json", "tokenizer.json")):
         # Before the rows: the web must never see the pipeline without knowing why it waits.
         wire.warmup_publish(pipeline=name, waiting_for=spec.waiting_for)
-    with _locked(Path(settings.DATA_DIR) / f"{name}.rows.lock"):
-        node_id, token = _ensure_rows(spec, role)
+    node_id, token = read_credentials(node_name(name, role), log=log)
     with _locked(Path(settings.DATA_DIR) / f"{name}.lock"):
         if not spec.is_prepared(models):
             wire.warmup_publish(pipeline=name, waiting_for=spec.waiting_for)

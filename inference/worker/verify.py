@@ -2,10 +2,14 @@
 pipeline's max_verify_batch or max_batch_wait_ms, verify them in ONE forward pass, stream
 the accepted tokens, and send each drafter ONE message with its results.
 
-A start is claimed in the database (queued -> running) on the persister thread, not in a
-round: the claim comes back as a `claimed` message and the claimed starts that gathered
-meanwhile are prefilled together at the next step. Database writes (claims, first tokens,
-finishes) stay in order on that one thread, so a finish never overtakes its claim.
+A start is claimed (queued -> running) by a signed report to the control plane's ledger
+(`inference.ledger`; the node holds no database credentials) and prefilled AT ONCE, in the
+step it arrived in, while the claim travels: its first tokens are held back (nothing is
+streamed, it is not verified further) until the ledger's `claimed` answer confirms the
+attempt, and dropped if the ledger refuses it (cancelled or re-routed meanwhile). A new
+request's TTFT is then the longer of its prefill and its claim, not their sum plus a round.
+Reports (claims, first tokens, finishes) leave in order on one reporter thread and are
+applied in order, so a finish never overtakes its claim.
 
 A new sequence joins its drafter's running group: while the drafter has sequences in flight
 here, the new sequence's draft_start rides along with their next results (one message), so
@@ -21,14 +25,22 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from django.db import close_old_connections
-
-from inference import services, wire
+from inference import wire
 from inference.worker.detok import Detokenizer
 from inference.worker.engine_cache import sampling_params
 from inference.worker.engine_loop import FINAL, BaseLoop
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Held:
+    """A prefilled start whose claim is not confirmed yet: what it will stream and send."""
+
+    attempt: int
+    created: float | None
+    events: list = field(default_factory=list)  # (gen, event) to publish
+    draft_start: tuple[int, dict] | None = None  # (drafter, its draft_start entry)
 
 
 @dataclass
@@ -74,7 +86,8 @@ class VerifyLoop(BaseLoop):
         self.seqs: dict[str, VSeq] = {}
         self.pending: dict[str, tuple[list[int], object, float]] = {}  # gen -> draft, arrival
         self.starts: list[dict] = []  # not yet claimed
-        self.claimed: list[dict] = []  # claimed, to prefill at the next step
+        self.claiming: dict[tuple[str, int], dict] = {}  # reported, not yet claimed
+        self.held: dict[str, Held] = {}  # prefilled, claim not confirmed yet
         self.sent_at: dict[str, float] = {}  # gen -> when its results went to the drafter
         self.deferred: dict[int, list[dict]] = defaultdict(list)  # drafter -> draft_starts
         self.turnaround: float | None = None  # drafter round trip (EMA, seconds)
@@ -83,8 +96,8 @@ class VerifyLoop(BaseLoop):
     def handle(self, kind: str, p: dict) -> None:
         if kind == "start":
             self.starts.append(p)
-        elif kind == "claimed":  # from the persister thread
-            self.claimed.extend(p["starts"])
+        elif kind == "claimed":  # from the ledger, after its commit
+            self._confirm(p.get("starts", []), p.get("refused", []))
         elif kind == "drafts":
             from inference.engine.messages import Draft
 
@@ -112,9 +125,9 @@ class VerifyLoop(BaseLoop):
     def drop(self, gid: str, attempt: float = FINAL) -> None:
         self.tombstones.add(gid, attempt)
         self.starts = [s for s in self.starts if not self.tombstones.blocks(s["gen"], s["attempt"])]
-        self.claimed = [
-            s for s in self.claimed if not self.tombstones.blocks(s["gen"], s["attempt"])
-        ]
+        held = self.held.get(gid)
+        if held is not None and held.attempt <= attempt:
+            del self.held[gid]
         seq = self.seqs.get(gid)
         if seq is not None and seq.attempt <= attempt:
             self.seqs.pop(gid)
@@ -135,12 +148,13 @@ class VerifyLoop(BaseLoop):
             self.handle(kind, payload)
         t0 = time.perf_counter()
         phase("handle", t0 - t1)
-        if self.starts:
-            starts, self.starts = self.starts, []
-            self._claim_later(starts)
-        if self.claimed:
-            starts, self.claimed = self.claimed, []
-            self._start(starts)
+        if self.starts:  # claim and prefill now: never behind the round below
+            # No more than the free KV slots: the rest wait here, unclaimed, for a later step.
+            starts = self._fresh(self.starts)
+            free = self.engine.n_free
+            starts, self.starts = starts[:free], starts[free:]
+            if starts:
+                self._start(self._claim_later(starts))
             t1 = time.perf_counter()
             phase("start", t1 - t0)
             t0 = t1
@@ -179,10 +193,11 @@ class VerifyLoop(BaseLoop):
         return max(0.0, eta - now)
 
     def _ready(self) -> list[str]:
-        """Sequences that can be verified now: drafts in hand, or plain (no drafter)."""
+        """Sequences that can be verified now: drafts in hand, or plain (no drafter); not those
+        whose claim is unconfirmed."""
         out = [g for g in self.pending if g in self.seqs]
         out += [g for g, s in self.seqs.items() if s.drafter is None and g not in self.pending]
-        return out
+        return [g for g in out if g not in self.held] if self.held else out
 
     # -- prefill -----------------------------------------------------------------------------------
     def _fresh(self, starts: list[dict]) -> list[dict]:
@@ -201,33 +216,50 @@ class VerifyLoop(BaseLoop):
             out.append(p)
         return out
 
-    def _claim_later(self, starts: list[dict]) -> None:
-        starts = self._fresh(starts)
+    def _claim_later(self, starts: list[dict]) -> list[dict]:
+        """Report the claims (the ledger answers which are still queued for this node); the
+        starts to prefill meanwhile."""
+        starts = list({(p["gen"], p["attempt"]): p for p in self._fresh(starts)}.values())
+        if len(self.claiming) > 4096:  # claims the ledger refused are forgotten, bounded
+            for key in list(self.claiming)[:1024]:
+                del self.claiming[key]
+        for p in starts:
+            self.claiming[(p["gen"], p["attempt"])] = p
         if starts:
-            self.later(self._claim, starts)
+            self.report("claim", starts=[[p["gen"], p["attempt"]] for p in starts])
+        return starts
 
-    def _claim(self, starts: list[dict]) -> None:
-        """On the persister thread: claim the rows, hand the claimed starts to the loop."""
-        t0 = time.perf_counter()
-        try:
-            claimed = services.generations_claim(starts=[(p["gen"], p["attempt"]) for p in starts])
-        except Exception:  # the database is busy or away: try again, lose nothing
-            logger.exception(
-                "verifier %s: claiming %d starts failed; retrying", self.node_id, len(starts)
-            )
-            close_old_connections()
-            time.sleep(0.2)
-            for p in starts:
-                self.deliver("start", p)
-            return
-        self.stats.add_phase("persist_claim", time.perf_counter() - t0)
-        self.deliver("claimed", {"starts": [p for p in starts if p["gen"] in claimed]})
+    def _confirm(self, claimed: list, refused: list) -> None:
+        """The ledger's answer: stream what claimed starts hold back, let their drafters go;
+        drop the refused ones (their attempt ended before it began)."""
+        now, ttft, first = datetime.now(UTC), [], []
+        events: list = []
+        for gid, attempt in claimed:
+            self.claiming.pop((gid, attempt), None)
+            held = self.held.get(gid)
+            if held is None or held.attempt != attempt:
+                continue
+            del self.held[gid]
+            events.extend(held.events)
+            first.append(gid)
+            if held.created is not None and attempt == 1:
+                ttft.append(now.timestamp() - held.created)
+            if held.draft_start is not None and gid in self.seqs:
+                drafter, entry = held.draft_start
+                self.sent_at.pop(gid, None)  # set when the draft_start really goes out
+                self.deferred[drafter].append(entry)
+        for gid, attempt in refused:
+            self.claiming.pop((gid, attempt), None)
+            if gid in self.held and self.held[gid].attempt == attempt:
+                self.drop(gid, attempt)
+        if first:
+            self.stats.record_latencies(ttft_s=ttft)
+            self.report("first_token", ids=first, at=now.timestamp())
+            wire.publish_many(events)
+            self._flush_deferred()
 
     def _start(self, starts: list[dict]) -> None:
-        starts = self._fresh(starts)
-        if len(starts) > self.engine.n_free:  # more than the KV slots: the rest wait here
-            self.claimed.extend(starts[self.engine.n_free :])
-            starts = starts[: self.engine.n_free]
+        """Prefill claimed-for starts together; hold what they emit until confirmed."""
         if not starts:
             return
         items, infos = [], []
@@ -259,22 +291,16 @@ class VerifyLoop(BaseLoop):
                 self.engine.free(seq.gen)
                 self._fail(seq, f"prefill failed on verifier: {exc}")
             return
-        now = datetime.now(UTC)
-        ttft = [
-            now.timestamp() - p["created"] for _, p in infos if "created" in p and p["attempt"] == 1
-        ]
-        self.stats.record_latencies(ttft_s=ttft)
-        for seq, _ in infos:
+        for seq, p in infos:
             self.seqs[seq.gen] = seq
-        self.later(services.generations_first_token, ids=[s.gen for s, _ in infos], at=now)
+            self.held[seq.gen] = Held(seq.attempt, p.get("created"))
         drafter_starts = defaultdict(list)
-        events = self._emit(results, drafter_starts=drafter_starts, items=items)
-        wire.publish_many(events)
+        for gid, event in self._emit(results, drafter_starts=drafter_starts, items=items):
+            self.held[gid].events.append((gid, event))
         for drafter, seqs in drafter_starts.items():
             for s in seqs:
-                self.sent_at.pop(s["gen"], None)  # set when the draft_start really goes out
-            self.deferred[drafter].extend(seqs)
-        self._flush_deferred()
+                self.sent_at.pop(s["gen"], None)
+                self.held[s["gen"]].draft_start = (drafter, s)
         self._inspect_dirty = True
 
     def _in_flight(self, drafter: int) -> bool:
@@ -400,9 +426,9 @@ class VerifyLoop(BaseLoop):
         self.tombstones.add(seq.gen, seq.attempt)
         self.stats.finished += 1
         self._inspect_dirty = True
-        self.later(
-            services.generation_finish,
-            generation_id=seq.gen,
+        self.report(
+            "finish",
+            gen=seq.gen,
             attempt=seq.attempt,
             finish_reason=finish_reason,
             output_tokens=list(seq.tokens),
@@ -415,9 +441,9 @@ class VerifyLoop(BaseLoop):
         self.tombstones.add(seq.gen, seq.attempt)
         self.stats.errors += 1
         wire.publish(seq.gen, wire.error_event(error))
-        self.later(
-            services.generation_finish,
-            generation_id=seq.gen,
+        self.report(
+            "finish",
+            gen=seq.gen,
             attempt=seq.attempt,
             finish_reason="error",
             output_tokens=list(seq.tokens),

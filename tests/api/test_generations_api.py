@@ -49,6 +49,7 @@ def test_text_with_nul_bytes_is_stored_on_every_database(serving, operator):
     assert generation.prompt == "a\ufffdb" and generation.prompt_tokens == [97, 0, 98]
     Generation.objects.filter(pk=generation.pk).update(state=GenerationState.RUNNING)
     assert generation_finish(
+        node_id=generation.verifier_id or 0,
         generation_id=generation.pk,
         attempt=generation.attempts,
         finish_reason="length",

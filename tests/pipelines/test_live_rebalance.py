@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
 def test_change_k_and_move_a_node_while_generations_stream(
-    transactional_db, tmp_path, settings, operator
+    live_server, tmp_path, settings, operator
 ):
     settings.HEARTBEAT_PERIOD_S = 1
     target, draft = write_pair(tmp_path)
@@ -37,7 +37,7 @@ def test_change_k_and_move_a_node_while_generations_stream(
     ps = prompts(8, seed=5)
     n_tokens = 120
     expected = inprocess(target, draft, ps, max_tokens=n_tokens, ignore_eos=True)
-    with Workers(tmp_path) as workers:
+    with Workers(tmp_path, api_url=live_server.url) as workers:
         for node, role, token in nodes + other_nodes:
             workers.start(node, role, token)
         wait_online(nodes + other_nodes, workers)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import torch
 from django.conf import settings
@@ -102,20 +103,55 @@ def database_url() -> str:
         return f"sqlite:///{name}?timeout=20&transaction_mode=IMMEDIATE"
     s = connection.settings_dict
     host, port = s["HOST"] or "localhost", s["PORT"] or 5432
+    if host.startswith("/"):  # a Unix socket's directory
+        return f"postgres://{s['USER']}:{s['PASSWORD']}@{quote(host, safe='')}/{name}"
     return f"postgres://{s['USER']}:{s['PASSWORD']}@{host}:{port}/{name}"
 
 
-class Workers:
-    """Real `manage.py run_node` processes; killed (the whole group) on exit."""
+# What node workers get for DATABASE_URL: a database that is not there. They must not need
+# one (DESIGN.md, walls); a worker that tried to connect would fail its requests.
+NO_DATABASE = "postgres://nobody:nothing@127.0.0.1:9/no-database-for-node-workers"
 
-    def __init__(self, log_dir: Path, api_url: str = "", **env):
+
+class Workers:
+    """Real `manage.py run_node` processes, with no database credentials, and the control
+    plane's ledger consumer (`manage.py run_ledger`, on the test database) that applies what
+    they report; all killed (whole groups) on exit."""
+
+    def __init__(self, log_dir: Path, api_url: str, *, ledger: bool = True, **env):
+        assert api_url, "node workers need the control plane's API (live_server.url)"
         self.log_dir, self.api_url, self.env = log_dir, api_url, env
         self.procs: dict[int, subprocess.Popen] = {}
+        self.ledger: subprocess.Popen | None = None
+        self.ledger_runs = 0
+        if ledger:
+            self.start_ledger()
+
+    def start_ledger(self) -> subprocess.Popen:
+        self.ledger_runs += 1
+        log = open(self.log_dir / f"ledger-{self.ledger_runs}.log", "w")
+        self.ledger = subprocess.Popen(
+            [sys.executable, "manage.py", "run_ledger"],
+            cwd=ROOT,
+            env={**os.environ, "DATABASE_URL": database_url()},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        return self.ledger
+
+    def stop_ledger(self, sig=signal.SIGTERM) -> None:
+        if self.ledger is not None and self.ledger.poll() is None:
+            try:
+                os.killpg(self.ledger.pid, sig)
+            except ProcessLookupError:
+                pass
+            self.ledger.wait(15)
 
     def start(self, node: Node, role: str, token: str) -> subprocess.Popen:
         env = {
             **os.environ,
-            "DATABASE_URL": database_url(),
+            "DATABASE_URL": NO_DATABASE,
             "TANDEM_NODE_ID": str(node.pk),
             "TANDEM_NODE_TOKEN": token,
             "TANDEM_API_URL": self.api_url,
@@ -153,6 +189,7 @@ class Workers:
         return self
 
     def __exit__(self, *exc):
+        self.stop_ledger()
         for proc in self.procs.values():
             if proc.poll() is None:
                 try:
@@ -189,6 +226,26 @@ def wait_done(gen_ids, timeout: float = 120, workers: Workers | None = None) -> 
         logs = workers.logs() if workers else ""
         raise AssertionError(f"{len(pending)} generations did not end in {timeout}s\n{logs}")
     return out
+
+
+def ledger_settled(timeout: float = 30) -> None:
+    """Wait until the ledger consumer has applied and acknowledged every report sent so far
+    (call the loop's flush_writes() first: that only means sent)."""
+    from fleet import redis_clients
+    from inference import ledger, node_reports
+
+    r = redis_clients.client()
+    deadline = time.monotonic() + timeout
+    while True:
+        if not r.exists(node_reports.STREAM):
+            return
+        last = r.xinfo_stream(node_reports.STREAM)["last-generated-id"]
+        groups = r.xinfo_groups(node_reports.STREAM)
+        group = next((g for g in groups if g["name"] in (ledger.GROUP, ledger.GROUP.encode())), {})
+        if group and group["pending"] == 0 and group["last-delivered-id"] == last:
+            return
+        assert time.monotonic() < deadline, f"the ledger did not catch up: {group}"
+        time.sleep(0.05)
 
 
 def tokens_of(events) -> list[int]:

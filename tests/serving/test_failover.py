@@ -7,17 +7,22 @@ import time
 
 import pytest
 
-from inference import services, wire
+from inference import ledger, services, wire
 from inference.models import Generation
-from tests.serving.helpers import Workers, make_pipeline, tokens_of, wait_online, write_pair
+from tests.serving.helpers import (
+    Workers,
+    ledger_settled,
+    make_pipeline,
+    tokens_of,
+    wait_online,
+    write_pair,
+)
 from tests.serving.test_workers import inprocess, prompts, submit
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
-def test_killed_verifier_and_drafter_reroute_with_identical_output(
-    transactional_db, tmp_path, settings
-):
+def test_killed_verifier_and_drafter_reroute_with_identical_output(live_server, tmp_path, settings):
     settings.HEARTBEAT_PERIOD_S, settings.HEARTBEAT_TOLERANCE = 1, 4
     target, draft = write_pair(tmp_path)
     pipeline, nodes = make_pipeline(
@@ -27,10 +32,11 @@ def test_killed_verifier_and_drafter_reroute_with_identical_output(
     ps = prompts(8, seed=3)
     n_tokens = 120
     expected = inprocess(target, draft, ps, max_tokens=n_tokens, ignore_eos=True)
-    with Workers(tmp_path) as workers:
+    with Workers(tmp_path, api_url=live_server.url) as workers:
         for node, role, token in nodes:
             workers.start(node, role, token)
         wait_online(nodes, workers)
+        refused_before = ledger.stats().get("refused", 0)
         gens = [submit(pipeline, p, n_tokens, ignore_eos=True) for p in ps]
         deadline = time.monotonic() + 60
         while min(len(tokens_of(e for _, e in wire.read_all(g.pk))) for g in gens) < 4:
@@ -69,6 +75,15 @@ def test_killed_verifier_and_drafter_reroute_with_identical_output(
         for row in rows:
             assert row.attempts >= 2  # 3 when both its nodes died
             assert row.verifier_id != victims[0].pk and row.drafter_id != victims[1].pk
+        # What the killed verifier had reported (claims, first tokens) was applied once and
+        # never finished a row: every row holds the healthy verifier's whole output, once.
+        ledger_settled()
+        for g, want in zip(gens, expected, strict=True):
+            row = Generation.objects.get(pk=g.pk)
+            assert (row.state, row.output_tokens) == ("finished", want)
+            assert row.started_at and row.first_token_at
+        counts = ledger.stats()
+        assert counts.get("refused", 0) == refused_before, counts
 
 
 def _decode(target, ids):

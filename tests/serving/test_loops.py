@@ -8,43 +8,60 @@ import threading
 import time
 
 import pytest
-from django.db import OperationalError
+from django.db import OperationalError, connections
 from django.utils import timezone
 
+from fleet.nodes.signing import token_key
 from fleet.pipelines.models import Pipeline
 from inference import services, wire
 from inference.engine.checkpoints import load_checkpoint
 from inference.engine.engines import DraftEngine, VerifyEngine
 from inference.engine.generator import SpeculativeGenerator
 from inference.engine.sampling import SamplingParams
+from inference.ledger import Ledger
 from inference.models import Generation
 from inference.worker import engine_loop
 from inference.worker.draft import DraftLoop
 from inference.worker.engine_cache import load_draft_engine, load_verify_engine
 from inference.worker.verify import VerifyLoop
-from tests.serving.helpers import make_pipeline, tokens_of, wait_done, write_pair
+from tests.serving.helpers import ledger_settled, make_pipeline, tokens_of, wait_done, write_pair
 from tests.serving.test_workers import prompts
 
 
 @pytest.fixture
-def wired(monkeypatch):
-    """Loops by node id; wire.send delivers straight into the target loop."""
+def wired(monkeypatch, transactional_db):
+    """Loops by node id; wire.send delivers straight into the target loop. The ledger
+    consumer runs in a thread of its own (it applies the verifier's reports)."""
     loops: dict[int, engine_loop.BaseLoop] = {}
     monkeypatch.setattr(wire, "send", lambda node, kind, p: loops[node].deliver(kind, p))
+    stop = threading.Event()
+
+    def consume():
+        try:
+            Ledger().run(stop)
+        finally:
+            connections.close_all()
+
+    consumer = threading.Thread(target=consume, name="ledger", daemon=True)
+    consumer.start()
     yield loops
     for loop in loops.values():
         loop.stop()
+    stop.set()
+    consumer.join(10)
 
 
 def _run(pipeline, nodes, wired, kind):
     config = pipeline.config()
-    for node, role, _ in nodes:
+    for node, role, token in nodes:
+        key = token_key(node.pk, token)
         if role == "verify":
             loop = VerifyLoop(
                 engine=load_verify_engine(pipeline.target_model),
                 node_id=node.pk,
                 pipeline_id=pipeline.pk,
                 config=config,
+                key=key,
             )
         else:
             loop = DraftLoop(
@@ -52,6 +69,7 @@ def _run(pipeline, nodes, wired, kind):
                 node_id=node.pk,
                 pipeline_id=pipeline.pk,
                 config=config,
+                key=key,
             )
         wired[node.pk] = loop
         loop.start()
@@ -85,6 +103,7 @@ def test_loops_reproduce_the_engine(kind, transactional_db, tmp_path, wired):
     assert [tokens_of(streamed[str(g.pk)]) for g in gens] == [o.token_ids for o in want]
     verifier = next(wired[n.pk] for n, r, _ in nodes if r == "verify")
     verifier.flush_writes()
+    ledger_settled()
     assert Generation.objects.filter(state="finished").count() == len(gens)
     assert verifier.slots()["slots_used"] == 0
     if kind == "ngram":
@@ -108,6 +127,7 @@ def test_loops_reproduce_the_engine(kind, transactional_db, tmp_path, wired):
         assert tokens_of(wait_done([g.pk], timeout=60)[str(g.pk)]) == want[0].token_ids
         assert drafter_loop.config["k_policy"] == {"mode": "fixed", "k": 0}
         verifier.flush_writes()
+        ledger_settled()
         g.refresh_from_db()
         assert g.counters["num_drafts"] == 0  # no draft tokens were verified
     else:
@@ -117,9 +137,10 @@ def test_loops_reproduce_the_engine(kind, transactional_db, tmp_path, wired):
 def test_verifier_claims_off_the_loop_retries_a_failed_claim_and_skips_ended_rows(
     transactional_db, tmp_path, wired, monkeypatch
 ):
-    """Claims run on the persister thread (never in a round); a claim that fails (database
-    away) is retried and its generations still finish; a start whose row ended before the
-    claim is never prefilled."""
+    """Claims are applied by the ledger consumer (never in a round, never by the node); a
+    claim that fails there (database away) is retried and its generations still finish; a
+    start whose row ended before the claim streams nothing (it is prefilled while the claim
+    travels, then dropped when the ledger refuses it) and frees its KV slot."""
     target, draft = write_pair(tmp_path)
     pipeline, nodes = make_pipeline("claims", target, draft, kind="none", max_batch_wait_ms=5)
     real_claim, threads, calls = services.generations_claim, [], []
@@ -149,7 +170,7 @@ def test_verifier_claims_off_the_loop_retries_a_failed_claim_and_skips_ended_row
         ps, SamplingParams(temperature=0, max_tokens=12)
     )
     assert [tokens_of(streamed[str(g.pk)]) for g in gens] == [o.token_ids for o in want]
-    assert len(calls) >= 2 and set(threads) == {"verify-persist"}
+    assert len(calls) >= 2 and set(threads) == {"ledger"}
     # a row cancelled before its start is claimed: nothing is prefilled or streamed
     ended = Generation.objects.create(
         pipeline=pipeline,
@@ -166,7 +187,8 @@ def test_verifier_claims_off_the_loop_retries_a_failed_claim_and_skips_ended_row
         assert time.monotonic() < deadline
         time.sleep(0.05)
     verifier.flush_writes()
-    time.sleep(0.3)  # a prefill, had there been one, would have happened by now
+    ledger_settled()
+    time.sleep(0.3)  # the refusal reached the verifier by now
     assert not tokens_of([e for _, e in wire.read_all(ended.pk)])
     assert verifier.slots()["slots_used"] == 0 and str(ended.pk) not in verifier.seqs
 
@@ -244,6 +266,7 @@ def test_a_rerouted_start_that_overtakes_the_old_attempts_cancel_replaces_it(
     assert events[-1]["type"] == "done"
     assert tokens_of(events) == want.token_ids
     verifier.flush_writes()
+    ledger_settled()
     g.refresh_from_db()
     assert (g.state, g.attempts, g.output_tokens) == ("finished", 2, want.token_ids)
 

@@ -88,13 +88,16 @@ def _submit(p, **params):
 
 
 def test_router_least_outstanding_healthy_and_no_capacity(
-    db, sent, django_capture_on_commit_callbacks
+    db, sent, django_capture_on_commit_callbacks, django_assert_num_queries
 ):
     p, nodes = _pipeline()
     v0, v1 = nodes["verify"]
     with django_capture_on_commit_callbacks(execute=True):
         g1, g2 = _submit(p), _submit(p)
     assert {g1.verifier_id, g2.verifier_id} == {v0.pk, v1.pk}  # spread by outstanding work
+    with django_assert_num_queries(1):  # routing: the nodes and their load in one query
+        pair = pick_pair(p)
+    assert pair.verifier.pk == min(v0.pk, v1.pk) and pair.drafter is not None
     assert [k for _, k, _ in sent] == ["start", "start"]
     assert sent[0][2]["prompt_tokens"] == [256, 120] and sent[0][2]["attempt"] == 1
     Node.objects.filter(pk=v0.pk).update(state="draining")

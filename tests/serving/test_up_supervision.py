@@ -203,6 +203,7 @@ def test_up_survives_killed_node_workers(tmp_path):
                     **env,
                     "TANDEM_NODE_ID": str(info["node"]),
                     "TANDEM_NODE_TOKEN": info["token"],
+                    "TANDEM_API_URL": base,
                     "OMP_NUM_THREADS": "1",
                 },
                 stdout=out,

@@ -57,20 +57,23 @@ def test_a_remote_agent_gets_its_key_in_its_heartbeat_reply_only():
     assert _agg(now).ingest_entry(encode(v.id, f.verify_sample(ts=now), key=key), now=now)
 
 
-def test_the_agent_signs_with_the_derived_key_or_the_one_it_was_given():
+def test_the_agent_signs_with_the_key_it_was_given():
+    """A node holds no SECRET_KEY (issue 13): its key comes from the control plane, at boot
+    (the node session) and in each heartbeat reply (the latest wins)."""
     v, token = f.node(name="gpu-1")
-    local = SimpleNamespace(api_url="", node_id=v.id, token=token, last_reply=None)
-    assert Agent.telemetry_key(local) == f.key_of(v.id, token)
-    remote = SimpleNamespace(api_url="https://cp.example", node_id=v.id, token=token)
+    remote = SimpleNamespace(api_url="https://cp.example", node_id=v.id, token=token, key=None)
     remote.last_reply = None
-    assert Agent.telemetry_key(remote) is None  # nothing to sign with before the first reply
+    assert Agent.telemetry_key(remote) is None  # nothing to sign with yet
+    remote.key = f.key_of(v.id, token)  # the node session's
+    assert Agent.telemetry_key(remote) == f.key_of(v.id, token)
     remote.last_reply = {"telemetry_key": "k" * 64}
     assert Agent.telemetry_key(remote) == "k" * 64
 
 
 def test_what_an_agent_publishes_is_taken_by_the_aggregator():
     v, token = f.node(name="gpu-1")
-    agent = SimpleNamespace(api_url="", node_id=v.id, token=token, _publish_warned=False)
+    agent = SimpleNamespace(node_id=v.id, last_reply=None, key=f.key_of(v.id, token))
+    agent._publish_warned = False
     agent.telemetry_key = lambda: Agent.telemetry_key(agent)
     now = time.time()
     Agent.publish(agent, f.verify_sample(ts=now))

@@ -73,6 +73,11 @@ class Command(BaseCommand):
             f"workers/in-process tokens/s at N={big}: {report[f'workers_vs_inprocess_n{big}']:.2f} "
             "(target >= 0.80)"
         )
+        self.stdout.write(
+            f"TTFT at N={big}: p50 {report[f'ttft_p50_ms_n{big}']:.0f} ms, "
+            f"p99 {report[f'ttft_p99_ms_n{big}']:.0f} ms (target p50 <= 250); "
+            f"web CPU per request {report['web_cpu_ms_per_request']:.1f} ms (target <= 5)"
+        )
         if o["json"]:
             Path(o["json"]).write_text(json.dumps(report, indent=2))
             self.stdout.write(f"wrote {o['json']}")

@@ -1,8 +1,9 @@
 """`manage.py run_node --role draft|verify`: a Celery worker for one node of a pipeline.
 
-The node comes from TANDEM_NODE_ID (id or name) or --node, its token from
-TANDEM_NODE_TOKEN, the control plane's URL from TANDEM_API_URL (heartbeats over HTTP;
-without it, the agent writes heartbeats through the database on this machine).
+It starts with REDIS_URL, TANDEM_API_URL and its node token (TANDEM_NODE_TOKEN) and needs
+no database: the token tells the control plane which node it is (TANDEM_NODE_ID or --node,
+when given, must match), its placement comes from the API, and its claims, first tokens and
+finishes go to the control plane's ledger as signed reports (`inference.ledger`).
 """
 
 from __future__ import annotations
@@ -37,10 +38,10 @@ class Command(BaseCommand):
             from inference.worker.local import ensure_local
 
             node, token = ensure_local(name=local, role=role, log=self.stdout.write)
-        if not node:
-            raise CommandError("set TANDEM_NODE_ID (node id or name) or pass --node")
         if not token:
             raise CommandError("set TANDEM_NODE_TOKEN (the node's tdn_... token)")
+        if not env_str("TANDEM_API_URL", ""):
+            raise CommandError("set TANDEM_API_URL (the control plane's URL)")
         worker_node.run(
             node_ref=str(node),
             role=role,

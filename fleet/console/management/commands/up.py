@@ -112,6 +112,7 @@ class Command(BaseCommand):
             _use_redis_for_celery(settings.REDIS_URL)
 
             call_command("migrate", interactive=False, verbosity=0)
+            call_command("local_nodes", verbosity=0)  # node workers hold no DB credentials
             password = _create_first_admin()
             if password:
                 write_private(settings.DATA_DIR / PASSWORD_FILE, password + "\n")

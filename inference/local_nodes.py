@@ -1,0 +1,81 @@
+"""The rows and tokens of this machine's local pipelines (`inference.worker.local`), written
+by the control plane -- `manage.py local_nodes`, which `up` runs after its migrations and
+compose's migrate service runs once -- because node workers hold no database credentials.
+
+For each pipeline: its row, a drafter and a verifier node placed in it, and a fresh token
+for each node (the old ones are revoked) written to DATA_DIR/nodes/<node>.json (private to
+this user), where `run_node --local` reads it. The pipeline shows in the console and the
+API at once, while its workers load or prepare the models.
+"""
+
+from __future__ import annotations
+
+import json
+
+from django.db import transaction
+
+from fleet.datadir import private_dir, write_private
+from fleet.nodes.models import HardwareProfile, Node
+from fleet.nodes.services import node_register, node_token_rotate
+from fleet.pipelines.models import Pipeline, Placement
+from inference.worker.local import PIPELINES, credentials_path, node_name
+
+ROLES = ("verify", "draft")
+
+
+def _profile() -> HardwareProfile:
+    profile = HardwareProfile.objects.filter(slug="generic-cpu").first()
+    if profile is None:
+        profile, _ = HardwareProfile.objects.get_or_create(
+            slug="local-cpu",
+            defaults=dict(
+                kind="cpu",
+                vendor="Local",
+                model="CPU",
+                memory_gb=16,
+                memory_bandwidth_gbs=50,
+                peak_bf16_tflops=1,
+                tdp_w=65,
+                idle_w=10,
+            ),
+        )
+    return profile
+
+
+@transaction.atomic
+def local_node_ensure(*, pipeline: str, role: str) -> tuple[int, str]:
+    """The node of `role` in local pipeline `pipeline` (rows created if missing) and a fresh
+    token for it: (node id, plain token)."""
+    spec = PIPELINES[pipeline]
+    row, _ = Pipeline.objects.get_or_create(
+        name=spec.name,
+        defaults=dict(
+            target_model=spec.target_model,
+            draft_model=spec.draft_model,
+            drafter_kind=spec.drafter_kind,
+            description=spec.description,
+        ),
+    )
+    name = node_name(spec.name, role)
+    node = Node.objects.filter(name=name).first()
+    if node is None:
+        node, token = node_register(name=name, profile=_profile(), roles=[role])
+    else:
+        _, token = node_token_rotate(node=node)
+    if not Placement.objects.filter(node=node).exists():
+        Placement.objects.create(pipeline=row, node=node, role=role)
+    return node.pk, token
+
+
+def local_nodes_write(*, pipelines: list[str]) -> list[str]:
+    """Rows and fresh credentials files for every node of `pipelines`; the node names."""
+    names = []
+    for pipeline in pipelines:
+        for role in ROLES:
+            node_id, token = local_node_ensure(pipeline=pipeline, role=role)
+            name = node_name(pipeline, role)
+            path = credentials_path(name)
+            private_dir(path.parent)
+            write_private(path, json.dumps({"node": node_id, "token": token}))
+            names.append(name)
+    return names
