@@ -141,7 +141,7 @@ async def _pump_many(
 ) -> None:
     """`_pump` for several streams on ONE connection (one XREAD over all keys): a request
     with n choices or a list of prompts holds one connection, not one per generation."""
-    client = aioredis.Redis.from_url(redis_clients.redis_url())
+    client = redis_clients.async_client()  # the loop's pool: no connection per request
     cursors: dict[Any, Any] = dict.fromkeys(keys, "0")
     index = {key: i for i, key in enumerate(keys)}
     quiet_since = time.monotonic()
@@ -165,8 +165,6 @@ async def _pump_many(
                         break
     except Exception as exc:  # handed to the consumer, raised there
         queue.put_nowait((None, exc))
-    finally:
-        await client.aclose()
 
 
 async def follow_many(
