@@ -127,7 +127,7 @@ def _closed_loop(pipeline: Pipeline, until: float, errors: list) -> None:
         connection.close()
 
 
-def test_demo_prediction_within_20pct_of_measured(tmp_path):
+def test_demo_prediction_within_20pct_of_measured(tmp_path, live_server):
     from inference.worker.local import ensure_local
     from tests.serving.helpers import Workers, wait_online
 
@@ -143,7 +143,7 @@ def test_demo_prediction_within_20pct_of_measured(tmp_path):
     aggregator = StreamAggregator({d_id, v_id})
     aggregator.start()
     errors: list[str] = []
-    with Workers(tmp_path) as workers:
+    with Workers(tmp_path, api_url=live_server.url) as workers:
         for node, role, token in nodes:
             workers.start(node, role, token)
         wait_online(nodes, workers, timeout=120)

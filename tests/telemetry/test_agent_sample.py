@@ -35,8 +35,8 @@ class FakeLoop:
 def test_agent_reports_the_positions_each_interval_drafted(settings):
     settings.HEARTBEAT_PERIOD_S = 1
     loop = FakeLoop()
-    node = types.SimpleNamespace(pk=1, profile=types.SimpleNamespace(idle_w=10.0, tdp_w=65.0))
-    agent = Agent(node=node, loop=loop, token="tdn_x_y")
+    profile = {"idle_w": 10.0, "tdp_w": 65.0}
+    agent = Agent(node_id=1, profile=profile, loop=loop, token="tdn_x_y", api_url="http://unused")
     loop.rounds(100, k=4, accepted=3)
     first = agent.sample()
     assert first["num_accepted_tokens_per_pos"] == [100, 100, 100]
