@@ -128,13 +128,12 @@ def _closed_loop(pipeline: Pipeline, until: float, errors: list) -> None:
 
 
 def test_demo_prediction_within_20pct_of_measured(tmp_path, live_server):
-    from inference.worker.local import ensure_local
+    from inference.local_nodes import local_node_ensure
     from tests.serving.helpers import Workers, wait_online
 
     _demo_models_here()
-    quiet = lambda *_: None  # noqa: E731
-    d_id, d_token = ensure_local(name="demo", role="draft", log=quiet)
-    v_id, v_token = ensure_local(name="demo", role="verify", log=quiet)
+    d_id, d_token = local_node_ensure(pipeline="demo", role="draft")
+    v_id, v_token = local_node_ensure(pipeline="demo", role="verify")
     pipeline = Pipeline.objects.get(name="demo")
     nodes = [
         (Node.objects.get(pk=d_id), "draft", d_token),
