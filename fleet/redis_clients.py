@@ -21,6 +21,21 @@ import redis.asyncio as aioredis
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+# A leader lock's refresh (the aggregator's, the ledger's): extend the lock while we hold it;
+# take it back if it lapsed (a long stall) and nobody else took it; 0 only when another process
+# leads now. Atomic. KEYS[1] the lock, ARGV[1] our id, ARGV[2] the TTL in ms.
+REFRESH_LEADER_LOCK = """
+local holder = redis.call('get', KEYS[1])
+if holder == ARGV[1] then
+  return redis.call('pexpire', KEYS[1], ARGV[2])
+end
+if not holder then
+  redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+return 0
+"""
+
 _local = threading.local()
 _pools: dict[str, redis.ConnectionPool] = {}
 _pools_lock = threading.Lock()

@@ -40,6 +40,7 @@ from django.db import DatabaseError, transaction
 from fleet import redis_clients
 from fleet.nodes.models import NodeToken
 from fleet.nodes.signing import signing_key
+from fleet.redis_clients import REFRESH_LEADER_LOCK
 from inference import node_reports, services, wire
 
 logger = logging.getLogger(__name__)
@@ -50,18 +51,6 @@ LEADER_KEY = "tandem:ledger:leader"
 LEADER_TTL_MS = 6000
 STATS_KEY = "tandem:ledger:stats"
 KEYS_TTL_S = 10.0
-
-_REFRESH_LOCK = """
-local holder = redis.call('get', KEYS[1])
-if holder == ARGV[1] then
-  return redis.call('pexpire', KEYS[1], ARGV[2])
-end
-if not holder then
-  redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return 1
-end
-return 0
-"""
 
 
 def stats(client: redis_lib.Redis | None = None) -> dict[str, int]:
@@ -175,7 +164,7 @@ class Ledger:
     def lead(self, stop: threading.Event) -> bool:
         said = False
         while not stop.is_set():  # take the lock, or keep it (a retry after an error)
-            if self.r.eval(_REFRESH_LOCK, 1, LEADER_KEY, self.leader_id, LEADER_TTL_MS):
+            if self.r.eval(REFRESH_LEADER_LOCK, 1, LEADER_KEY, self.leader_id, LEADER_TTL_MS):
                 return True
             if not said:
                 logger.info("ledger: another consumer leads; standing by")
@@ -192,7 +181,9 @@ class Ledger:
                 self.ensure_group()
                 self.backlog = True
                 while not stop.is_set():
-                    if not self.r.eval(_REFRESH_LOCK, 1, LEADER_KEY, self.leader_id, LEADER_TTL_MS):
+                    if not self.r.eval(
+                        REFRESH_LEADER_LOCK, 1, LEADER_KEY, self.leader_id, LEADER_TTL_MS
+                    ):
                         logger.warning("ledger: another consumer leads now; standing by")
                         break
                     self.step(block_ms=1000)

@@ -22,6 +22,7 @@ import uuid
 
 from asgiref.sync import sync_to_async
 
+from fleet.redis_clients import REFRESH_LEADER_LOCK
 from fleet.telemetry import payloads
 from fleet.telemetry.aggregation import Aggregation
 from fleet.telemetry.ingest import STREAM
@@ -32,19 +33,6 @@ log = logging.getLogger(__name__)
 
 LEADER_KEY = "tandem:aggregator:leader"
 LEADER_TTL_MS = 6000
-# Refresh the leader lock while we hold it; take it back if it lapsed (a long stall) and
-# nobody else took it; 0 only when another aggregator leads now. Atomic.
-_REFRESH_LOCK = """
-local holder = redis.call('get', KEYS[1])
-if holder == ARGV[1] then
-  return redis.call('pexpire', KEYS[1], ARGV[2])
-end
-if not holder then
-  redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return 1
-end
-return 0
-"""
 
 
 class Aggregator(Aggregation):
@@ -117,7 +105,9 @@ class Aggregator(Aggregation):
                 if due and refreshing is None:  # in a thread: a slow DB never stalls a tick
                     next_registry = now + 5.0
                     refreshing = asyncio.ensure_future(sync_to_async(_load_registry_fresh)())
-                if not await r.eval(_REFRESH_LOCK, 1, LEADER_KEY, self.leader_id, LEADER_TTL_MS):
+                if not await r.eval(
+                    REFRESH_LEADER_LOCK, 1, LEADER_KEY, self.leader_id, LEADER_TTL_MS
+                ):
                     log.warning("aggregator: another aggregator leads now; standing by")
                     return
                 await self._tick(r, layer, now)

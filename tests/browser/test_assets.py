@@ -11,20 +11,12 @@ import pytest
 from fleet.accounts.wall_links import wall_link_create
 from fleet.pipelines.services import pipeline_set_k_policy, pipeline_update
 from tests.browser.fleetdata import Feeder, build
-from tests.conftest import PASSWORD
+from tests.browser.pages import login, wall_link_from_page
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 FIRST_LOAD_LIMIT = 1_000_000  # bytes over the wire for a live page opened with an empty cache
 SIZES = {"1440x900": (1440, 900), "1920x1080": (1920, 1080), "390x844": (390, 844)}
-
-
-def _login(page, base: str, username: str) -> None:
-    page.goto(f"{base}/login/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(lambda url: "/login/" not in url)
 
 
 def test_api_docs_render_with_every_other_host_blocked(stack, chromium, viewer):
@@ -41,7 +33,7 @@ def test_api_docs_render_with_every_other_host_blocked(stack, chromium, viewer):
 
     page.route("**/*", only_the_server)
     try:
-        _login(page, stack.url, viewer.username)
+        login(page, stack.url, viewer.username)
         page.goto(f"{stack.url}/api/v1/docs/")
         page.wait_for_selector(".swagger-ui .opblock", timeout=20000)
         operations = page.locator(".swagger-ui .opblock").count()
@@ -86,7 +78,7 @@ def test_a_live_page_first_load_is_under_1_mb(stack, chromium, viewer):
     context = chromium.new_context(viewport={"width": 1440, "height": 900})
     page = context.new_page()
     try:
-        _login(page, stack.url, viewer.username)
+        login(page, stack.url, viewer.username)
         node = world["nodes"][0][0]
         for path in (f"/pipelines/{world['pipeline'].pk}/", f"/nodes/{node.pk}/", "/wall/"):
             total, sizes = _first_load_bytes(context, stack.url + path)
@@ -106,13 +98,9 @@ def test_the_wall_dims_within_2_s_of_its_link_being_revoked(stack, chromium, adm
     feeder = Feeder(world["nodes"])
     feeder.start()
     wall_link_create(name="Lobby", actor=admin)
-    admin_context = chromium.new_context(viewport={"width": 1440, "height": 900})
-    admin_page = admin_context.new_page()
-    _login(admin_page, stack.url, admin.username)
-    admin_page.goto(f"{stack.url}/wall/links/")
-    admin_page.fill("#wall-name", "NOC right screen")
-    admin_page.click("form.toolbar button[type=submit]")
-    wall_url = admin_page.text_content("#wall-url").strip()
+    admin_context, admin_page, wall_url = wall_link_from_page(
+        chromium, stack.url, admin.username, "NOC right screen"
+    )
     context = chromium.new_context(viewport={"width": 1920, "height": 1080})
     page = context.new_page()
     opacity = "() => Number(getComputedStyle(document.getElementById('wall-kpis')).opacity)"
@@ -154,7 +142,7 @@ def test_the_wall_dims_when_its_feed_stops_and_comes_back(stack, chromium, viewe
     context = chromium.new_context(viewport={"width": 1920, "height": 1080})
     page = context.new_page()
     try:
-        _login(page, stack.url, viewer.username)
+        login(page, stack.url, viewer.username)
         page.goto(f"{stack.url}/wall/")
         page.wait_for_selector("#live-status.live-live", timeout=15000)
         stack.kill_web()  # the server is gone: frozen numbers must not look live
@@ -174,7 +162,7 @@ def test_the_fleet_on_a_phone_shows_its_key_columns(stack, chromium, viewer, scr
     context = chromium.new_context(viewport={"width": 390, "height": 844}, is_mobile=True)
     page = context.new_page()
     try:
-        _login(page, stack.url, viewer.username)
+        login(page, stack.url, viewer.username)
         page.goto(f"{stack.url}/fleet/")
         probe = world["nodes"][0][0]
         row = f'#nodes tr[data-id="{probe.pk}"]'
@@ -246,7 +234,7 @@ def test_screenshots_of_every_page_at_three_sizes(stack, chromium, admin, screen
             page.on("pageerror", lambda e, p=page, s=size: broken.append(f"{s} {p.url}: {e}"))
             page.goto(f"{stack.url}/login/")
             page.screenshot(path=str(screenshots / f"login-{size}.png"))
-            _login(page, stack.url, admin.username)
+            login(page, stack.url, admin.username)
             for name, path in _pages(world).items():
                 response = page.goto(stack.url + path)
                 assert response is not None and response.status < 400, (path, response)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.browser.fleetdata import Feeder, build
-from tests.browser.test_live_console import _login, _wait_live
+from tests.browser.pages import login, wait_live
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -21,9 +21,9 @@ def test_fleet_kpis_real_simulated_and_last_measured(stack, chromium, viewer):
     context = chromium.new_context(viewport={"width": 1440, "height": 900})
     page = context.new_page()
     try:
-        _login(page, stack.url, viewer.username)
+        login(page, stack.url, viewer.username)
         page.goto(f"{stack.url}/fleet/")
-        _wait_live(page)
+        wait_live(page)
         power = '#totals [data-k="power"]'
         page.wait_for_function(f"sel => ({WATTS})(sel) > 900", arg=power, timeout=8000)
         assert "simulated" in page.text_content('#totals [data-k="power_src"]')  # beside it

@@ -13,7 +13,7 @@ import pytest
 from fleet.accounts.services import api_key_create
 from fleet.pipelines.services import pipeline_update
 from tests.browser.fleetdata import Feeder, build
-from tests.conftest import PASSWORD
+from tests.browser.pages import login
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -26,14 +26,6 @@ DRAWN = """id => {
     raw: el.data[i].y, drawn: el.calcdata[i].map(p => (typeof p.y === "number" ? p.y : null)),
   }));
 }"""
-
-
-def _login(page, base: str, username: str) -> None:
-    page.goto(f"{base}/login/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(lambda url: "/login/" not in url)
 
 
 def _wait_chart(page, chart_id: str) -> None:
@@ -84,7 +76,7 @@ def test_power_by_role_is_not_stacked(stack, chromium, viewer):
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     try:
-        _login(page, stack.url, viewer.username)
+        login(page, stack.url, viewer.username)
         for url in (f"/pipelines/{world['pipeline'].pk}/", f"/nodes/{world['nodes'][2][0].pk}/"):
             page.goto(stack.url + url)
             _wait_chart(page, "ch-power")
@@ -138,7 +130,7 @@ def test_time_range_slo_lines_and_a_change_marker(stack, chromium, viewer, opera
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     try:
-        _login(page, stack.url, viewer.username)
+        login(page, stack.url, viewer.username)
         page.goto(f"{stack.url}/pipelines/{pipeline.pk}/")
         _wait_chart(page, "ch-itl")
 

@@ -10,34 +10,10 @@ import pytest
 from fleet.accounts.wall_links import wall_link_create
 from fleet.telemetry.ingest import publish_sample
 from tests.browser.fleetdata import Feeder, build
-from tests.conftest import PASSWORD
+from tests.browser.pages import csp_violations, login, wait_live, wall_link_from_page
 from tests.telemetry import factories as f
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-def _login(page, base: str, username: str) -> None:
-    page.goto(f"{base}/login/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(lambda url: "/login/" not in url)
-
-
-def _csp_violations(page) -> list[str]:
-    """Console messages of Content-Security-Policy refusals (inline code, other origins)."""
-    seen: list[str] = []
-    page.on(
-        "console",
-        lambda m: (
-            seen.append(f"{page.url}: {m.text}") if "Content Security Policy" in m.text else None
-        ),
-    )
-    return seen
-
-
-def _wait_live(page, timeout_ms: int = 15000) -> None:
-    page.wait_for_selector("#live-status.live-live", timeout=timeout_ms)
 
 
 def test_fleet_pipeline_and_node_pages_are_live(stack, chromium, screenshots, viewer):
@@ -46,11 +22,11 @@ def test_fleet_pipeline_and_node_pages_are_live(stack, chromium, screenshots, vi
     feeder.start()
     context = chromium.new_context(viewport={"width": 1440, "height": 900})
     page = context.new_page()
-    refused = _csp_violations(page)
+    refused = csp_violations(page)
     try:
-        _login(page, stack.url, viewer.username)
+        login(page, stack.url, viewer.username)
         page.goto(f"{stack.url}/fleet/")
-        _wait_live(page)
+        wait_live(page)
         probe, token = world["probe"]
         cell = f'tr[data-id="{probe.pk}"] .c-power'
         before = page.text_content(cell)
@@ -70,7 +46,7 @@ def test_fleet_pipeline_and_node_pages_are_live(stack, chromium, screenshots, vi
         page.screenshot(path=str(screenshots / "fleet.png"), full_page=True)
 
         page.goto(f"{stack.url}/pipelines/{world['pipeline'].pk}/")
-        _wait_live(page)
+        wait_live(page)
         page.wait_for_selector("#ch-accept .main-svg", timeout=10000)
         page.wait_for_function(
             "() => document.querySelector('[data-k=\"acceptance_rate\"]')"
@@ -81,14 +57,14 @@ def test_fleet_pipeline_and_node_pages_are_live(stack, chromium, screenshots, vi
         page.screenshot(path=str(screenshots / "pipeline.png"), full_page=True)
 
         page.goto(f"{stack.url}/")
-        _wait_live(page)
+        wait_live(page)
         page.wait_for_selector("#overview-pipelines tr[data-id]", timeout=5000)
         page.wait_for_timeout(1000)
         page.screenshot(path=str(screenshots / "home.png"), full_page=True)
 
         node = world["nodes"][0][0]
         page.goto(f"{stack.url}/nodes/{node.pk}/")
-        _wait_live(page)
+        wait_live(page)
         page.wait_for_function(
             "() => document.querySelector('[data-k=\"power_w\"]').textContent.includes('W')",
             timeout=5000,
@@ -107,22 +83,18 @@ def test_wall_by_signed_link_recovers_after_a_server_restart(stack, chromium, sc
     feeder.start()
     wall_link_create(name="Lobby (old)", actor=admin)
     # an admin creates the link on the wall-links page and copies it
-    admin_context = chromium.new_context(viewport={"width": 1440, "height": 900})
-    admin_page = admin_context.new_page()
-    _login(admin_page, stack.url, admin.username)
-    admin_page.goto(f"{stack.url}/wall/links/")
-    admin_page.fill("#wall-name", "NOC left screen")
-    admin_page.click("form.toolbar button[type=submit]")
-    wall_url = admin_page.text_content("#wall-url").strip()
+    admin_context, admin_page, wall_url = wall_link_from_page(
+        chromium, stack.url, admin.username, "NOC left screen"
+    )
     token = wall_url.split("token=", 1)[1]
     admin_page.screenshot(path=str(screenshots / "wall-links.png"), full_page=True)
     context = chromium.new_context(viewport={"width": 1920, "height": 1080})
     page = context.new_page()
-    refused = _csp_violations(page)
+    refused = csp_violations(page)
     try:
         assert "#token=" in wall_url  # the token rides in the fragment, out of access logs
         page.goto(wall_url)
-        _wait_live(page)
+        wait_live(page)
         page.wait_for_function(
             "() => document.querySelector('[data-w=\"tps\"]').textContent !== '—'", timeout=8000
         )
@@ -135,7 +107,7 @@ def test_wall_by_signed_link_recovers_after_a_server_restart(stack, chromium, sc
         page.wait_for_selector("#live-status:not(.live-live)", timeout=15000)
         f.node(name="gpu-joined-while-down")  # the wall must show it after reconnecting
         stack.start_web()
-        _wait_live(page, timeout_ms=30000)
+        wait_live(page, timeout_ms=30000)
         page.wait_for_function(
             "n => parseInt(document.querySelector('[data-w=\"nodes\"]').textContent) === n",
             arg=nodes_before + 1,
@@ -147,7 +119,7 @@ def test_wall_by_signed_link_recovers_after_a_server_restart(stack, chromium, sc
         stack.kill_aggregator()
         page.wait_for_selector("#live-status.live-stale", timeout=15000)
         stack.start_aggregator()
-        _wait_live(page, timeout_ms=20000)
+        wait_live(page, timeout_ms=20000)
 
         # revoking the link on the admin page darkens the screen at once
         admin_page.goto(f"{stack.url}/wall/links/")

@@ -13,7 +13,7 @@ import pytest
 
 from fleet.nodes.models import Node
 from fleet.pipelines.models import AuditEvent
-from tests.browser.test_live_console import _csp_violations, _login
+from tests.browser.pages import csp_violations, login
 from tests.pipelines.conftest import make_pipeline, online_node, place
 from tests.telemetry import factories as f
 
@@ -74,9 +74,9 @@ def test_node_drain_and_return_from_the_ui(stack, chromium, screenshots, operato
     pipeline, node = _world()
     context = chromium.new_context(viewport={"width": 1440, "height": 900})
     page = context.new_page()
-    refused = _csp_violations(page)
+    refused = csp_violations(page)
     try:
-        _login(page, stack.url, operator.username)
+        login(page, stack.url, operator.username)
         page.goto(f"{stack.url}/nodes/")
         assert page.text_content("h1") == "Nodes"
         page.click('button[aria-label="Drain gpu-a"]')
@@ -106,9 +106,9 @@ def test_api_key_created_used_and_revoked_from_the_ui(stack, chromium, screensho
     _world()
     context = chromium.new_context(viewport={"width": 1440, "height": 900})
     page = context.new_page()
-    refused = _csp_violations(page)
+    refused = csp_violations(page)
     try:
-        _login(page, stack.url, operator.username)
+        login(page, stack.url, operator.username)
         page.goto(f"{stack.url}/")
         page.click('nav.nav >> text="API keys"')
         page.wait_for_url(f"{stack.url}/account/keys/")
@@ -143,9 +143,9 @@ def test_pipeline_actions_forms_layout_and_confirmation(stack, chromium, screens
     pipeline, node = _world()
     context = chromium.new_context(viewport={"width": 1440, "height": 900})
     page = context.new_page()
-    refused = _csp_violations(page)
+    refused = csp_violations(page)
     try:
-        _login(page, stack.url, operator.username)
+        login(page, stack.url, operator.username)
         page.goto(f"{stack.url}/pipelines/{pipeline.pk}/")
         page.wait_for_selector("#actions")
         # every form at its own height: the heading's next field right below it, buttons one
@@ -209,7 +209,7 @@ def test_operator_pages_screenshots(stack, chromium, screenshots, admin, size):
     context = chromium.new_context(viewport={"width": width, "height": height})
     page = context.new_page()
     try:
-        _login(page, stack.url, admin.username)
+        login(page, stack.url, admin.username)
         for name, path in (
             ("nodes", "/nodes/"),
             ("api-keys", "/account/keys/"),
