@@ -101,7 +101,8 @@ def _wall_data(token: str = "") -> dict:
     live = snapshot.read_fleet()
     return {
         "live": live,
-        "fleet_series": rollups.series("fleet", 0, minutes=30),
+        # real nodes drawn, simulated ones apart under "simulated_*" (never mixed in a line)
+        "fleet_series": rollups.fleet_series(minutes=30),
         "pipeline_series": {
             str(p.pk): rollups.series("pipeline", p.pk, minutes=30)
             for p in Pipeline.objects.only("id")[:24]

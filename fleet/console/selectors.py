@@ -8,6 +8,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from fleet.nodes.models import Node
+from fleet.pipelines.audit_diff import describe_change
 from fleet.pipelines.models import Pipeline
 from fleet.telemetry import snapshot
 
@@ -162,30 +163,3 @@ def change_markers(scope: str, obj, *, since) -> list[dict]:
         }
         for e in reversed(events)
     ]
-
-
-def describe_change(action: str, before: dict, after: dict) -> str:
-    """`k 4 → 2`, `max_verify_batch 16 → 32`: what a change did, in one short line."""
-    parts = []
-    for key in list(after)[:4]:
-        old, new = (before or {}).get(key), after.get(key)
-        if key == "k_policy":
-            parts.append(f"k {_k_text(old)} → {_k_text(new)}")
-        elif isinstance(new, (dict, list)) or isinstance(old, (dict, list)):
-            parts.append(f"{key} changed")
-        else:
-            parts.append(f"{key} {_short(old)} → {_short(new)}")
-    return "; ".join(parts) or action.replace("_", " ")
-
-
-def _k_text(policy) -> str:
-    if not isinstance(policy, dict):
-        return "—"
-    if policy.get("mode") == "fixed":
-        return str(policy.get("k"))
-    return str(policy.get("mode", "—"))
-
-
-def _short(value) -> str:
-    text = "—" if value is None else str(value)
-    return text if len(text) <= 40 else text[:39] + "…"

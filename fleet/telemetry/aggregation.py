@@ -30,6 +30,8 @@ ROLLUP_S = 10
 ROLLUP_LONG_S = 300
 PENDING_MAX = 20_000
 SNAPSHOT_FULL_S = 5.0
+# The fleet's rollup rows (scope "fleet"): all nodes, the real ones, the simulated ones.
+FLEET_ALL, FLEET_REAL, FLEET_SIMULATED = 0, 1, 2
 
 
 @dataclass
@@ -369,6 +371,8 @@ class Aggregation:
             "tokens_per_s": stats["tokens_per_s"],
             "power_w": stats["power_w"],
             "power_source": stats["power_source"],
+            "power_draft_w": stats["power_draft_w"],
+            "power_verify_w": stats["power_verify_w"],
             "tokens_per_j": stats["tokens_per_j"],
             "tokens_per_j_draft": stats["tokens_per_j_draft"],
             "tokens_per_j_verify": stats["tokens_per_j_verify"],
@@ -403,6 +407,7 @@ class Aggregation:
         when = _now_iso(start)
         rows = []
         fleet = Acc()
+        by_class = {False: Acc(), True: Acc()}  # real and simulated nodes apart
         pipes: dict[int, Acc] = {}
         for nid, state in self.nodes.items():
             acc: Acc = getattr(state, attr)
@@ -411,12 +416,18 @@ class Aggregation:
             rows.append(_rollup("node", nid, resolution, when, derive(acc, span)))
             fleet.add(acc)
             info = self.registry.nodes.get(nid)
+            simulated = bool((info and info.simulated) or (state.last or {}).get("simulated"))
+            by_class[simulated].add(acc)
             if info and info.pipeline_id is not None:
                 pipes.setdefault(info.pipeline_id, Acc()).add(acc)
         for pid, acc in pipes.items():
             rows.append(_rollup("pipeline", pid, resolution, when, derive(acc, span)))
         if not fleet.empty:
-            rows.append(_rollup("fleet", 0, resolution, when, derive(fleet, span)))
+            rows.append(_rollup("fleet", FLEET_ALL, resolution, when, derive(fleet, span)))
+        for simulated, acc in by_class.items():
+            if not acc.empty:
+                scope_id = FLEET_SIMULATED if simulated else FLEET_REAL
+                rows.append(_rollup("fleet", scope_id, resolution, when, derive(acc, span)))
         return rows
 
 

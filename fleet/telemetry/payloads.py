@@ -69,6 +69,8 @@ class Kpis(TypedDict):
     tokens_per_s: float | None
     power_w: float | None
     power_source: str | None
+    power_draft_w: float | None
+    power_verify_w: float | None
     tokens_per_j: float | None
     tokens_per_j_draft: float | None
     tokens_per_j_verify: float | None
@@ -120,6 +122,26 @@ class NodeUpdate(TypedDict):
     last_measured: NotRequired[LastMeasured | None]
 
 
+class ChangeMarker(TypedDict):
+    """A configuration change as a chart marker: when, who, what (one short line)."""
+
+    ts: float
+    actor: str
+    action: str
+    text: str
+
+
+class ConfigChange(TypedDict):
+    """Sent by the pipelines' services after commit, to the pipeline's (and node's) group: the
+    marker appears and the configuration shows at once, not at the next registry refresh."""
+
+    type: Literal["config.change"]
+    pipeline: int | None
+    node: int | None
+    config: dict | None  # registry.pipeline_config(): k policy, batch caps, version
+    marker: ChangeMarker
+
+
 class Subscribed(TypedDict):
     type: Literal["subscribed"]
     group: str
@@ -131,7 +153,7 @@ class ErrorMessage(TypedDict):
     detail: str
 
 
-Message = FleetUpdate | PipelineUpdate | NodeUpdate | Subscribed | ErrorMessage
+Message = FleetUpdate | PipelineUpdate | NodeUpdate | ConfigChange | Subscribed | ErrorMessage
 
 
 def encode(message: Message) -> str:
