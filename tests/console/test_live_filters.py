@@ -29,7 +29,13 @@ def test_source_pill_text():
 
 @pytest.mark.parametrize(
     "seconds,text",
-    [(0, "0 s ago"), (37.5, "38 s ago"), (119, "119 s ago"), (600, "10 min ago"), (9000, "3 h ago")],
+    [
+        (0, "0 s ago"),
+        (37.5, "38 s ago"),
+        (119, "119 s ago"),
+        (600, "10 min ago"),
+        (9000, "3 h ago"),
+    ],
 )
 def test_ago(seconds, text):
     assert live.ago(seconds) == text
