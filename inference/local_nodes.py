@@ -53,6 +53,9 @@ def local_node_ensure(*, pipeline: str, role: str) -> tuple[int, str]:
         row = pipeline_create(
             actor="local",
             reason="this machine's local pipeline (manage.py local_nodes)",
+            # written in code, not a caller's input: the models directory may hold them as
+            # links (or not yet: the workers prepare them while the pipeline shows)
+            check_model_refs=False,
             name=spec.name,
             target_model=spec.target_model,
             draft_model=spec.draft_model,
