@@ -17,7 +17,7 @@
     tpj: "#3ecf8e",
     util: "#4cc9f0",
     marker: "#e3e7ef",
-    sim: "#a98bd6",
+    sim: "#c9ced8", // simulated nodes: a neutral dotted line, apart from the real ones
     grid: "#232a38",
     text: "#8b95a7",
   };

@@ -15,8 +15,8 @@
     tr.dataset.id = p.id;
     tr.innerHTML = '<td><a href="/pipelines/' + p.id + '/">' + T.esc(p.name) + "</a>" +
       (p.simulated ? ' <span class="pill pill-simulated">simulated</span>' : "") + "</td>" +
-      '<td class="c-nodes"></td><td class="num c-tps"></td><td class="num c-acc"></td><td class="num c-mal"></td>' +
-      '<td class="num c-batch"></td><td class="num c-itl"></td><td class="num c-power"></td><td class="num c-tpj"></td>';
+      '<td class="c-nodes"></td><td class="num c-tps"></td><td class="num c-acc"></td><td class="num opt c-mal"></td>' +
+      '<td class="num opt c-batch"></td><td class="num opt c-itl"></td><td class="num opt c-power"></td><td class="num opt c-tpj"></td>';
     tbody.appendChild(tr);
     return tr;
   }

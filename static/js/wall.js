@@ -49,8 +49,10 @@
     /* The fleet charts draw the real nodes; simulated nodes, when there are any, get their
        own dotted line on a right-hand axis labelled "simulated" (never summed in). */
     var fleetSeries = data.fleet_series || { t: [] };
-    var liveSim = ((data.live || {}).kpis_simulated || {}).nodes > 0;
-    var hasSim = liveSim || (fleetSeries.simulated_tokens_per_s || []).some(function (v) { return v != null; });
+    var liveSim = (data.live || {}).kpis_simulated || {};
+    function any(key, now) {
+      return (now || 0) > 0 || (fleetSeries[key] || []).some(function (v) { return v > 0; });
+    }
     var simAxis = { overlaying: "y", side: "right", rangemode: "tozero", gridcolor: "rgba(0,0,0,0)", color: C.sim,
       title: { text: "simulated", font: { color: C.sim, size: 12 } } };
     var big = { font: { color: C.text, size: 13 } };
@@ -59,13 +61,13 @@
       { key: "power_draft_w", name: "drafting", color: C.draft, unit: "W" },
       { key: "power_verify_w", name: "verification", color: C.verify, unit: "W" },
     ];
-    if (hasSim) {
-      tokenTraces.push({ key: "simulated_tokens_per_s", name: "simulated nodes", color: C.sim, dash: "dot", axis: "y2" });
-      powerTraces.push({ key: "simulated_power_w", name: "simulated nodes", color: C.sim, dash: "dot", axis: "y2", unit: "W" });
-    }
-    var simLayout = hasSim ? { yaxis2: simAxis, margin: { l: 44, r: 52, t: 8, b: 28 } } : {};
-    var chTokens = T.lineChart(document.getElementById("w-tokens"), fleetSeries, tokenTraces, Object.assign({}, big, simLayout));
-    var chPower = T.lineChart(document.getElementById("w-power"), fleetSeries, powerTraces, Object.assign({}, big, simLayout));
+    var simTokens = any("simulated_tokens_per_s", liveSim.tokens_per_s);
+    var simPower = any("simulated_power_w", liveSim.power_w);
+    if (simTokens) tokenTraces.push({ key: "simulated_tokens_per_s", name: "simulated nodes", color: C.sim, dash: "dot", axis: "y2" });
+    if (simPower) powerTraces.push({ key: "simulated_power_w", name: "simulated nodes", color: C.sim, dash: "dot", axis: "y2", unit: "W" });
+    function simLayout(on) { return on ? { yaxis2: simAxis, margin: { l: 44, r: 52, t: 8, b: 28 } } : {}; }
+    var chTokens = T.lineChart(document.getElementById("w-tokens"), fleetSeries, tokenTraces, Object.assign({}, big, simLayout(simTokens)));
+    var chPower = T.lineChart(document.getElementById("w-power"), fleetSeries, powerTraces, Object.assign({}, big, simLayout(simPower)));
     /* A live point: the real nodes' headline figures, the simulated ones apart. */
     function fleetPoint(k, ks) {
       return {
