@@ -238,3 +238,62 @@ def test_wall_links_and_planner_pages_fit_a_phone(stack, chromium, admin):
             assert box is not None and box["x"] + box["width"] <= 390 + 1, (cell, box)
     finally:
         context.close()
+
+
+def test_serving_signals_are_drawn_and_a_zoom_holds_against_live_points(stack, chromium, viewer):
+    """Queue, running, KV use and TTFT p99 drawn from the history and the live points; an
+    operator's zoom (a dragged box) is not moved by the live points; a double-click resets."""
+    world = build()
+    feeder = Feeder(world["nodes"])
+    feeder.start()
+    context = chromium.new_context(viewport={"width": 1440, "height": 900})
+    page = context.new_page()
+    drawn = """([id, name]) => {
+      const t = document.getElementById(id).data.find(d => d.name === name);
+      return Array.from(t.y).filter(v => v !== null);
+    }"""
+    rng = "id => document.getElementById(id).layout.xaxis.range.map(v => new Date(v).getTime())"
+    try:
+        login(page, stack.url, viewer.username)
+        page.goto(f"{stack.url}/pipelines/{world['pipeline'].pk}/")
+        wait_live(page)
+        page.wait_for_function("() => !!document.getElementById('ch-kv').calcdata")
+        running = page.evaluate(drawn, ["ch-queue", "running"])
+        waiting = page.evaluate(drawn, ["ch-queue", "waiting (queue)"])
+        kv = page.evaluate(drawn, ["ch-kv", "KV slots in use"])
+        ttft = page.evaluate(drawn, ["ch-ttft", "p99"])
+        assert len(running) > 170 and min(running) >= 12  # the verifiers' batches: 12..24
+        assert len(waiting) > 170 and set(waiting) == {4.0}  # 2 per verifier
+        assert len(kv) > 170 and all(30 <= v <= 80 for v in kv)  # batch * 4 of 128 slots, %
+        assert len(ttft) > 170 and all(50 <= v <= 300 for v in ttft)  # 80..200 ms sent, binned
+
+        box = page.locator("#ch-tokens .nsewdrag").bounding_box()
+        assert box is not None
+        y = box["y"] + box["height"] / 2
+        page.mouse.move(box["x"] + box["width"] * 0.3, y)
+        page.mouse.down()
+        page.mouse.move(box["x"] + box["width"] * 0.5, y, steps=8)
+        page.mouse.up()
+        zoomed = page.evaluate(rng, "ch-tokens")
+        before = page.evaluate("() => document.getElementById('ch-tokens').data[0].x.length")
+        page.wait_for_function(  # live points keep arriving...
+            "n => document.getElementById('ch-tokens').data[0].x.length >= n + 2",
+            arg=before,
+            timeout=10000,
+        )
+        assert page.evaluate(rng, "ch-tokens") == zoomed  # ...without moving the zoomed window
+        span = (zoomed[1] - zoomed[0]) / 60000
+        assert 5 < span < 30, span  # a part of the hour shown
+
+        page.mouse.dblclick(box["x"] + box["width"] * 0.4, y)
+        page.wait_for_function(
+            "id => { const r = document.getElementById(id).layout.xaxis.range; "
+            "return new Date(r[1]) - new Date(r[0]) > 29 * 60000; }",
+            arg="ch-tokens",
+            timeout=5000,
+        )
+        reset = page.evaluate(rng, "ch-tokens")
+        assert reset[1] >= zoomed[1]  # back to the live window, up to now
+    finally:
+        context.close()
+        feeder.stop()
