@@ -147,8 +147,10 @@
 
   function windowRange() {
     var visible = wrap.clientHeight ? Math.ceil(wrap.clientHeight / rowH) : PAGE_ROWS;
-    var first = Math.max(0, Math.floor(wrap.scrollTop / rowH) - OVERSCAN);
-    var last = Math.min(order.length, first + visible + 2 * OVERSCAN);
+    var span = visible + 2 * OVERSCAN;
+    // clamped: the scroll position may be past the end of a list that just got shorter
+    var first = Math.max(0, Math.min(Math.floor(wrap.scrollTop / rowH) - OVERSCAN, order.length - span));
+    var last = Math.min(order.length, first + span);
     return [first, last];
   }
 
@@ -332,6 +334,7 @@
 
   form.addEventListener("input", function () {
     refilter();
+    wrap.scrollTop = 0; // other rows: from the top
     render();
     kpis(lastKpis);
     var params = new URLSearchParams();
