@@ -12,6 +12,7 @@ import asyncio
 import random
 import threading
 import time
+from typing import cast
 
 from django.conf import settings
 
@@ -25,7 +26,10 @@ TICK_S = 0.5  # the aggregator's tick
 def create(n: int, pipelines: int = 4) -> list[dict]:
     """n nodes in `pipelines` pipelines (bulk inserts); the rows the publisher starts from."""
     gpu = f.profile("h100-sxm")
-    pipes = [Pipeline.objects.create(name=f"pipe-{i}", target_model="t", draft_model="d") for i in range(pipelines)]
+    pipes = [
+        Pipeline.objects.create(name=f"pipe-{i}", target_model="t", draft_model="d")
+        for i in range(pipelines)
+    ]
     Node.objects.bulk_create(
         [
             Node(
@@ -153,7 +157,8 @@ class Publisher(threading.Thread):
 
         from fleet.telemetry import feed
 
-        layer = RedisChannelLayer(**settings.CHANNEL_LAYERS["default"]["CONFIG"])
+        config = cast(dict, settings.CHANNEL_LAYERS["default"]["CONFIG"])
+        layer = RedisChannelLayer(**config)
         r = aioredis.from_url(settings.REDIS_URL)
         owner = Owner()
         next_at = time.monotonic()

@@ -19,6 +19,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.django_db(trans
 
 N = 10_000
 WINDOW_S = 10.0
+ROWS = "#nodes tbody tr[data-id]"
+SHOWN = "n => document.querySelector('#shown').textContent === n"
 
 # Type a filter, wait for the table to show it: ms from the input event to the next frame.
 FILTER = """async ([selector, value, expect]) => {
@@ -41,7 +43,8 @@ WATCH = """([id, state]) => {
   const obs = new MutationObserver(() => {
     if (seen()) { window.__shownAt = Date.now(); obs.disconnect(); }
   });
-  obs.observe(document.querySelector("#nodes tbody"), { subtree: true, childList: true, characterData: true });
+  const all = { subtree: true, childList: true, characterData: true };
+  obs.observe(document.querySelector("#nodes tbody"), all);
 }"""
 
 # Before any page script: record every websocket message (the browser's clock and size), and
@@ -92,16 +95,18 @@ def test_fleet_page_at_10k_nodes(web_only, chromium, screenshots, viewer):
         html = response.text()
         assert html.count("<tr data-id=") <= 50  # the first screenful, not 10,000 rows
         wait_live(page)
-        page.wait_for_function(f"() => window.TandemFleet && window.TandemFleet.rows() === {N}", timeout=20000)
+        page.wait_for_function(f"() => window.TandemFleet?.rows() === {N}", timeout=20000)
         figures["all_rows_loaded_s"] = round(time.monotonic() - t0, 3)
         assert page.text_content("#shown") == str(N) and page.text_content("#total") == str(N)
-        rendered = page.evaluate("() => document.querySelectorAll('#nodes tbody tr[data-id]').length")
+        rendered = page.evaluate(f"() => document.querySelectorAll('{ROWS}').length")
         assert rendered < 200, rendered  # virtual: a screenful and a margin
         figures["rows_in_dom"] = rendered
         # the rows in view get their figures
         first_id = rows[0]["id"]
         page.wait_for_function(
-            f"() => document.querySelector('tr[data-id=\"{first_id}\"] .c-power').textContent.includes('W')",
+            "id => document.querySelector(`tr[data-id='${id}'] .c-power`)"
+            ".textContent.includes('W')",
+            arg=first_id,
             timeout=5000,
         )
 
@@ -128,26 +133,27 @@ def test_fleet_page_at_10k_nodes(web_only, chromium, screenshots, viewer):
         figures["filter_clear_ms"] = round(cleared["ms"], 1)
         t_sel = time.monotonic()
         page.select_option('select[name="role"]', "verify")
-        page.wait_for_function(f"() => document.querySelector('#shown').textContent === '{N // 4}'", timeout=1000)
+        page.wait_for_function(SHOWN, arg=str(N // 4), timeout=1000)
         figures["filter_by_role_s"] = round(time.monotonic() - t_sel, 3)
         page.select_option('select[name="role"]', "")
-        page.wait_for_function(f"() => document.querySelector('#shown').textContent === '{N}'", timeout=1000)
+        page.wait_for_function(SHOWN, arg=str(N), timeout=1000)
 
         # scrolled far down, the rows there get their figures at once
-        page.evaluate("() => { const w = document.querySelector('.table-wrap'); w.scrollTop = w.scrollHeight / 2; }")
+        page.evaluate(
+            "() => { const w = document.querySelector('.table-wrap');"
+            " w.scrollTop = w.scrollHeight / 2; }"
+        )
         t_scroll = time.monotonic()
         page.wait_for_function(
-            "() => { const rows = document.querySelectorAll('#nodes tbody tr[data-id]');"
-            " return rows.length > 20 && rows[0].dataset.name > 'node-04000' &&"
-            " [...rows].slice(10, 20).every(r => r.querySelector('.c-power').textContent.includes('W')); }",
+            f"() => {{ const rows = document.querySelectorAll('{ROWS}');"
+            " return rows.length > 20 && rows[0].dataset.name > 'node-04000' && [...rows]"
+            ".slice(10, 20).every(r => r.querySelector('.c-power').textContent.includes('W')); }",
             timeout=3000,
         )
         figures["scrolled_rows_figures_s"] = round(time.monotonic() - t_scroll, 3)
 
         # a node's state change is visible within 2 s of the message
-        target = page.evaluate(
-            "() => Number(document.querySelectorAll('#nodes tbody tr[data-id]')[15].dataset.id)"
-        )
+        target = page.evaluate(f"() => Number(document.querySelectorAll('{ROWS}')[15].dataset.id)")
         page.evaluate(WATCH, [target, "draining"])
         publisher.change_state(target, "draining")
         page.wait_for_function("() => window.__shownAt !== null", timeout=10000)
@@ -160,13 +166,14 @@ def test_fleet_page_at_10k_nodes(web_only, chromium, screenshots, viewer):
         page.screenshot(path=str(screenshots / "fleet-10k.png"))
         # filtered while scrolled far down: the one matching row is on screen
         page.select_option('select[name="state"]', "draining")
-        page.wait_for_function("() => document.querySelector('#shown').textContent === '1'", timeout=1000)
+        page.wait_for_function(SHOWN, arg="1", timeout=1000)
         page.wait_for_selector(f'tr[data-id="{target}"]', state="visible", timeout=1000)
         page.screenshot(path=str(screenshots / "fleet-10k-draining.png"))
 
         longtasks = page.evaluate("() => window.__longtasks")
         figures["longest_task_ms"] = round(max(longtasks), 1) if longtasks else 0.0
-        figures["publisher_tick_s_p50"] = round(sorted(publisher.tick_s)[len(publisher.tick_s) // 2], 4)
+        ticks = sorted(publisher.tick_s)
+        figures["publisher_tick_s_p50"] = round(ticks[len(ticks) // 2], 4)
         assert publisher.error is None, publisher.error
     finally:
         context.close()

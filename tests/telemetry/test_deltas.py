@@ -1,6 +1,7 @@
 """The fleet feed's delta builder (fleet.telemetry.deltas): what one tick sends, pure."""
 
 import json
+from typing import Any
 
 import pytest
 
@@ -9,7 +10,7 @@ from fleet.telemetry.deltas import FeedBuilder, figures_of, snapshot_text, with_
 NOW = 10_000.0
 
 
-def node(nid: int, **over) -> dict:
+def node(nid: int, **over) -> Any:
     row = {
         "id": nid,
         "name": f"gpu-{nid}",
@@ -30,7 +31,7 @@ def node(nid: int, **over) -> dict:
     return row
 
 
-def summary(ts: float = NOW, pipelines=((1, "chat"),)) -> dict:
+def summary(ts: float = NOW, pipelines=((1, "chat"),)) -> Any:
     kpis = {"nodes": 2, "power_w": 1000.0}
     return {
         "type": "fleet.update",
@@ -59,7 +60,7 @@ def test_the_first_step_of_an_epoch_stores_everything_and_sends_no_rows():
     assert msg["type"] == "fleet.update" and msg["rows"] == [] and msg["gone"] == []
     assert msg["pipes"] == [[1, "chat"]]
     assert set(step.figs) == {1, 2}
-    assert json.loads(step.rows) == [
+    assert json.loads(step.rows or "") == [
         [1, "gpu-1", "active", "verify", 1, 0, "gpu"],
         [2, "gpu-2", "active", "verify", 1, 0, "gpu"],
     ]
@@ -111,9 +112,7 @@ def test_large_values_round_as_displayed():
 
 def test_state_changes_adds_and_removes_are_rows_and_gone():
     b = started(node(1), node(2), node(3))
-    step = b.step(
-        [node(1, state="draining"), node(3), node(4, name="gpu-new")], summary(NOW), NOW
-    )
+    step = b.step([node(1, state="draining"), node(3), node(4, name="gpu-new")], summary(NOW), NOW)
     msg = json.loads(step.text)
     assert msg["rows"] == [
         [1, "gpu-1", "draining", "verify", 1, 0, "gpu"],
@@ -121,7 +120,7 @@ def test_state_changes_adds_and_removes_are_rows_and_gone():
     ]
     assert msg["gone"] == [2] and step.gone == [2]
     assert set(step.figs) == {4}  # the new node's figures; the others did not move
-    assert [r[0] for r in json.loads(step.rows)] == [1, 3, 4]  # the snapshot's rows, updated
+    assert [r[0] for r in json.loads(step.rows or "")] == [1, 3, 4]  # the snapshot's rows, updated
 
 
 def test_a_renamed_pipeline_sends_the_names():
@@ -141,7 +140,7 @@ def test_seq_counts_ticks_and_a_new_builder_is_a_new_epoch():
 def test_snapshot_and_figures_compose_without_decoding():
     b = FeedBuilder(epoch="e1")
     step = b.step([node(1)], summary(), NOW)
-    snap = json.loads(snapshot_text(epoch="e1", seq=7, head=step.head, rows=step.rows))
+    snap = json.loads(snapshot_text(epoch="e1", seq=7, head=step.head, rows=step.rows or ""))
     assert snap["type"] == "fleet.snapshot" and snap["seq"] == 7 and snap["epoch"] == "e1"
     assert snap["ts"] == NOW and snap["pipes"] == [[1, "chat"]] and snap["rows"][0][1] == "gpu-1"
     delta = json.loads(with_figures(step.text, {1: step.figs[1]}))
