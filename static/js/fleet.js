@@ -39,7 +39,7 @@
 
   // --- the rows in memory -------------------------------------------------------------------
   var rows = null; // id -> {id, name, state, role, pipeline, sim, kind, fig}; null before a snapshot
-  var order = []; // the rows that pass the filters, sorted by name
+  var order = []; // the rows that pass the filters, sorted
   var feed = { epoch: null, seq: null, asked: 0 };
   var serverNow = 0; // the aggregator's clock (ages are counted on it, not the browser's)
 
@@ -71,9 +71,46 @@
       sim: data.get("sim"),
     };
   }
-  function byName(a, b) {
-    return a.name < b.name ? -1 : a.name > b.name ? 1 : a.id - b.id;
+  /* Sorted by a column of what every row has (name, state, role, pipeline), then by name:
+     the live figures are sent only for the rows in view, so they cannot order the rest. */
+  var sort = { key: "name", dir: 1 };
+  function sortValue(r, key) {
+    if (key === "pipeline") return r.pipeline ? pipelineNames[r.pipeline] || "#" + r.pipeline : "\uffff";
+    if (key === "role") return r.role || "\uffff";
+    return r[key] || "";
   }
+  function compare(a, b) {
+    if (sort.key !== "name") {
+      var x = sortValue(a, sort.key), y = sortValue(b, sort.key);
+      if (x !== y) return (x < y ? -1 : 1) * sort.dir;
+    }
+    var byName = a.name < b.name ? -1 : a.name > b.name ? 1 : a.id - b.id;
+    return sort.key === "name" ? byName * sort.dir : byName;
+  }
+  function marks() {
+    table.querySelectorAll("th[data-sort]").forEach(function (th) {
+      var mine = th.dataset.sort === sort.key;
+      if (mine) th.setAttribute("aria-sort", sort.dir > 0 ? "ascending" : "descending");
+      else th.removeAttribute("aria-sort");
+      T.setText(th, ".sort-mark", mine ? (sort.dir > 0 ? " ▲" : " ▼") : "");
+    });
+  }
+  table.querySelectorAll("th[data-sort]").forEach(function (th) {
+    th.style.cursor = "pointer";
+    th.title = "Sort by " + th.textContent.toLowerCase();
+    var mark = document.createElement("span");
+    mark.className = "sort-mark";
+    th.appendChild(mark);
+    th.addEventListener("click", function () {
+      var key = th.dataset.sort;
+      sort = { key: key, dir: sort.key === key ? -sort.dir : 1 };
+      marks();
+      refilter();
+      wrap.scrollTop = 0;
+      render();
+    });
+  });
+  marks();
   function refilter() {
     if (!rows) return;
     var f = filters();
@@ -87,7 +124,7 @@
       if (f.sim && (f.sim === "sim") !== !!r.sim) continue;
       out.push(r);
     }
-    out.sort(byName);
+    out.sort(compare);
     order = out;
     T.setText(document, "#shown", String(order.length));
     T.setText(document, "#total", String(Object.keys(rows).length));
@@ -357,5 +394,6 @@
     rows: function () { return rows ? Object.keys(rows).length : 0; },
     shown: function () { return order.length; },
     seq: function () { return feed.seq; },
+    epoch: function () { return feed.epoch; },
   };
 })();
