@@ -137,6 +137,25 @@ async def test_a_late_joiner_gets_the_publishers_snapshot_and_the_next_seq(viewe
     await comm.disconnect()
 
 
+async def test_a_gap_in_the_ticks_brings_a_snapshot_not_a_delta(viewer):
+    """Ticks the channel layer dropped (a full queue): the socket starts over from Redis."""
+    await _world(2)
+    ticker = Ticker()
+    await ticker.tick()
+    comm = await _subscribed(viewer)
+    assert (await comm.receive_json_from(timeout=5))["seq"] == 1
+    await ticker.tick()
+    assert (await _next(comm, "fleet.update"))["seq"] == 2
+    epoch = vars(ticker.agg)["fleet_feed"].epoch
+    await ticker.tick()  # seq 3 is stored in Redis ...
+    await _next(comm, "fleet.update")
+    lost = {"type": feed.TICK_EVENT, "epoch": epoch, "seq": 5, "text": '{"type":"fleet.update"}'}
+    await get_channel_layer().group_send("fleet", lost)  # ... and 4 never reached this socket
+    snap = await comm.receive_json_from(timeout=5)
+    assert snap["type"] == "fleet.snapshot" and (snap["epoch"], snap["seq"]) == (epoch, 3)
+    await comm.disconnect()
+
+
 async def test_fleet_actions_are_checked(viewer):
     await _world(1)
     comm = await _socket("/ws/live/", viewer)
