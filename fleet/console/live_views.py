@@ -38,13 +38,15 @@ DEFAULT_RANGE = "1h"  # the charts' time range when a page opens
 @login_required
 def fleet_page(request):
     require(request, "view")
-    context = selectors.fleet_context()
-    context["filters"] = {
+    filters = {
         "state": request.GET.get("state", ""),
         "role": request.GET.get("role", ""),
         "pipeline": request.GET.get("pipeline", ""),
+        "sim": request.GET.get("sim", ""),
         "q": request.GET.get("q", "")[:60],
     }
+    context = selectors.fleet_context({k: v for k, v in filters.items() if v})
+    context["filters"] = filters
     context["states"] = NodeState.values
     return render(request, "console/fleet.html", context)
 

@@ -23,7 +23,7 @@ import uuid
 from asgiref.sync import sync_to_async
 
 from fleet.redis_clients import REFRESH_LEADER_LOCK
-from fleet.telemetry import payloads
+from fleet.telemetry import feed, payloads
 from fleet.telemetry.aggregation import Aggregation
 from fleet.telemetry.ingest import STREAM
 from fleet.telemetry.registry import Registry, load_registry
@@ -168,7 +168,7 @@ class Aggregator(Aggregation):
             for g in await r.zrangebyscore(INTEREST_KEY, now, "+inf")
         }
         sends = [
-            payloads.send(layer, payloads.GROUP_FLEET, built["fleet"]),
+            feed.publish(self, r, layer, built, now),  # the fleet page's deltas
             payloads.send(layer, payloads.GROUP_WALL, built["wall"]),
         ]
         for pid, msg in built["pipelines"].items():

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Literal, NotRequired, TypedDict
 
-GROUP_FLEET = "fleet"  # full fleet updates, every node row
+GROUP_FLEET = "fleet"  # the fleet page: deltas (fleet.telemetry.deltas), one per tick
 GROUP_WALL = "wall"  # the same without node rows (the wall shows totals and pipelines)
 
 
@@ -104,6 +104,53 @@ class FleetUpdate(TypedDict):
     nodes: NotRequired[list[NodeRow]]  # absent in the wall's summary
 
 
+class FleetHead(TypedDict):
+    """The headline part of the fleet page's feed (what a snapshot carries besides rows)."""
+
+    ts: float
+    newest_ts: float | None
+    totals: FleetTotals
+    kpis: Kpis
+    kpis_simulated: Kpis
+    pipes: list[list]  # [[pipeline id, name], ...]
+
+
+class FleetDelta(TypedDict):
+    """The fleet page's message per tick (fleet.telemetry.deltas): only what changed since
+    `seq - 1` of the same `epoch`. Rows are lists in deltas.ROW_FIELDS order, figures lists
+    in deltas.FIG_FIELDS order; `figs` holds only the rows this socket shows and only the
+    ones whose displayed value moved."""
+
+    type: Literal["fleet.update"]
+    epoch: str
+    seq: int
+    ts: float
+    newest_ts: float | None
+    totals: FleetTotals
+    kpis: Kpis
+    kpis_simulated: Kpis
+    rows: list[list]  # added or changed rows
+    gone: list[int]  # ids of nodes that left
+    pipes: NotRequired[list[list]]  # every pipeline's [id, name], when one changed
+    figs: NotRequired[dict[str, list]]  # node id -> figures
+
+
+class FleetSnapshot(FleetHead):
+    """Every row at `seq`: sent once on subscribing, and again when a client asks."""
+
+    type: Literal["fleet.snapshot"]
+    epoch: str
+    seq: int
+    rows: list[list]
+
+
+class FleetFigures(TypedDict):
+    """The figures of the rows a client has just started to show."""
+
+    type: Literal["fleet.figs"]
+    figs: dict[str, list]
+
+
 class PipelineUpdate(TypedDict):
     type: Literal["pipeline.update"]
     ts: float
@@ -153,7 +200,17 @@ class ErrorMessage(TypedDict):
     detail: str
 
 
-Message = FleetUpdate | PipelineUpdate | NodeUpdate | ConfigChange | Subscribed | ErrorMessage
+Message = (
+    FleetUpdate
+    | FleetDelta
+    | FleetSnapshot
+    | FleetFigures
+    | PipelineUpdate
+    | NodeUpdate
+    | ConfigChange
+    | Subscribed
+    | ErrorMessage
+)
 
 
 def encode(message: Message) -> str:
