@@ -257,9 +257,7 @@ class _NodeAction(_Action):
             placement, node, current = result, result.node, result.pipeline
         else:
             node = result if isinstance(result, Node) else Node.objects.get(pk=node_id)
-            placement = (
-                Placement.objects.select_related("node__profile").filter(node=node).first()
-            )
+            placement = Placement.objects.select_related("node__profile").filter(node=node).first()
             current = Pipeline.objects.only("id", "name", "version").get(pk=pipeline.pk)
         data = {
             "id": current.pk,

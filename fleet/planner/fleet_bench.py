@@ -145,6 +145,16 @@ def bench_node_list(api: Client, *, pages: int, rounds: int) -> dict:
     return {"cases": out, "p99_ms_worst": max(every)}
 
 
+def heartbeat() -> None:
+    """What the simulated nodes' agents do every few seconds (untimed): without it a long
+    run's nodes turn lost, and the actions are refused as they should be."""
+    from django.utils import timezone
+
+    from fleet.nodes.models import Node
+
+    Node.objects.filter(simulated=True).update(last_seen=timezone.now())
+
+
 def _placed(pipeline_id: int, role: str, n: int) -> list[int]:
     from fleet.pipelines.models import Placement
 
@@ -155,7 +165,9 @@ def _placed(pipeline_id: int, role: str, n: int) -> list[int]:
 def bench_move(api: Client, pipeline_ids: list[int], *, n: int) -> dict:
     a, b = pipeline_ids[0], pipeline_ids[1]
     times, sizes = [], []
-    for node_id in _placed(a, "verify", n):
+    for i, node_id in enumerate(_placed(a, "verify", n)):
+        if i % 5 == 0:
+            heartbeat()
         elapsed, response = timed(
             lambda node_id=node_id: api.post(
                 f"/api/v1/pipelines/{a}/nodes/{node_id}/move",
@@ -171,7 +183,9 @@ def bench_move(api: Client, pipeline_ids: list[int], *, n: int) -> dict:
 
 def bench_drain(api: Client, pipeline_id: int, *, n: int) -> dict:
     drains, returns, sizes = [], [], []
-    for node_id in _placed(pipeline_id, "draft", n):
+    for i, node_id in enumerate(_placed(pipeline_id, "draft", n)):
+        if i % 5 == 0:
+            heartbeat()
         base = f"/api/v1/pipelines/{pipeline_id}/nodes/{node_id}"
         elapsed, response = timed(
             lambda base=base: api.post(

@@ -148,11 +148,15 @@ class SnapshotCollector:
         fleet = snap.get("fleet") or {}
         for summary in fleet.get("pipelines", []):
             pipelines[summary["id"]] = summary
-        labels = ["pipeline", "node", "role", "simulated"] if self.per_node else [
-            "pipeline",
-            "role",
-            "simulated",
-        ]
+        labels = (
+            ["pipeline", "node", "role", "simulated"]
+            if self.per_node
+            else [
+                "pipeline",
+                "role",
+                "simulated",
+            ]
+        )
         c = {
             name: CounterMetricFamily(P + name, doc, labels=labels)
             for name, doc in (

@@ -96,9 +96,7 @@ def test_rows_added_while_walking_are_neither_repeated_nor_skip_others(alice):
     assert len(seen) == len(set(seen))
     assert {n.pk for n in nodes} <= set(seen)
     assert Node.objects.filter(name__startswith="z-").count() == 3
-    assert set(Node.objects.filter(name__startswith="z-").values_list("pk", flat=True)) <= set(
-        seen
-    )
+    assert set(Node.objects.filter(name__startswith="z-").values_list("pk", flat=True)) <= set(seen)
 
 
 @pytest.mark.parametrize(

@@ -165,7 +165,8 @@ def test_metrics_are_per_pipeline_by_default(settings, fleet_of_three):
     chat = {"pipeline": "chat", "role": "verify", "simulated": "false"}
     assert _one(s, "tandem:spec_decode_num_drafts_total", **chat) == 60  # 2 nodes x 30
     assert _one(s, "tandem:spec_decode_num_accepted_tokens_total", **chat) == 144
-    assert _one(s, "tandem:spec_decode_num_accepted_tokens_per_pos_total", position="0", **chat) == 48
+    per_pos = "tandem:spec_decode_num_accepted_tokens_per_pos_total"
+    assert _one(s, per_pos, position="0", **chat) == 48
     assert _one(s, "tandem:inter_token_latency_seconds_count", **chat) == 24
     assert _one(s, "tandem:inter_token_latency_seconds_bucket", le="+Inf", **chat) == 24
     assert _one(s, "tandem:num_requests_running", **chat) == 16
