@@ -18,7 +18,7 @@ import base64
 import json
 from datetime import datetime
 
-from django.db.models import F, Q, QuerySet
+from django.db.models import F, Q
 from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import BasePagination, CursorPagination
 from rest_framework.response import Response
@@ -88,7 +88,7 @@ class KeysetCursorPagination(BasePagination):
             raise ValidationError({self.page_size_query_param: ["At least 1."]})
         return min(size, self.max_page_size)
 
-    def paginate_queryset(self, queryset: QuerySet, request, view=None):
+    def paginate_queryset(self, queryset, request, view=None):
         if "offset" in request.query_params:
             raise ValidationError({"offset": ["This list pages by cursor: follow `next`."]})
         self.request = request
@@ -151,7 +151,7 @@ class KeysetCursorPagination(BasePagination):
         )
 
     def get_paginated_response_schema(self, schema):
-        return CursorPagination.get_paginated_response_schema(self, schema)  # type: ignore[arg-type]
+        return CursorPagination.get_paginated_response_schema(self, schema)
 
     def get_schema_operation_parameters(self, view):
         return [

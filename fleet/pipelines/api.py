@@ -253,10 +253,11 @@ class _NodeAction(_Action):
     response_class = NodeActionResultSerializer
 
     def respond(self, pipeline: Pipeline, result, node_id: int | None) -> Response:
+        placement: Placement | None
         if isinstance(result, Placement):  # its pipeline and node are the service's, current
             placement, node, current = result, result.node, result.pipeline
         else:
-            node = result if isinstance(result, Node) else Node.objects.get(pk=node_id)
+            node = result if isinstance(result, Node) else Node.objects.get(pk=int(node_id or 0))
             placement = Placement.objects.select_related("node__profile").filter(node=node).first()
             current = Pipeline.objects.only("id", "name", "version").get(pk=pipeline.pk)
         data = {

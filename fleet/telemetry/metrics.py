@@ -261,13 +261,13 @@ class SnapshotCollector:
                 running.add_metric(labels_, one.running)
                 waiting.add_metric(labels_, one.waiting)
                 util.add_metric(labels_, one.util / one.fresh)
-        for key, (power_w, draft_j, verify_j, fresh) in watts.items():
-            if fresh:
-                power.add_metric(list(key), power_w)
-            energy.add_metric([*key, "draft"], draft_j)
-            energy.add_metric([*key, "verify"], verify_j)
-        for key, count in counted.items():
-            nodes.add_metric(list(key), count)
+        for wlabels, (power_w, draft_j, verify_j, n_fresh) in watts.items():
+            if n_fresh:
+                power.add_metric(list(wlabels), power_w)
+            energy.add_metric([*wlabels, "draft"], draft_j)
+            energy.add_metric([*wlabels, "verify"], verify_j)
+        for nlabels, count in counted.items():
+            nodes.add_metric(list(nlabels), count)
         yield from c.values()
         yield from (per_pos, per_pos_drafts, ttft, itl, running, waiting, power, energy, util)
         if self.per_node:
