@@ -43,15 +43,21 @@ def _decode(raw: str) -> dict:
         raise ValidationError({"cursor": ["Not a cursor this list gave out."]}) from exc
 
 
-def after(field: str, value, pk: int, *, descending: bool, nulls_last: bool) -> Q:
+def after(
+    field: str, value, pk: int, *, descending: bool, nulls_last: bool, nullable: bool = True
+) -> Q:
     """Rows strictly after (value, pk) in the order `field` (desc or asc), then id the same
-    way, with NULLs of `field` as one block at the end (`nulls_last`) or the start."""
+    way, with NULLs of `field` as one block at the end (`nulls_last`) or the start. For a
+    field that cannot be NULL (`nullable=False`) the NULL terms are left out, so the database
+    can walk an index on the field."""
     cmp = "lt" if descending else "gt"
     if value is None:
         in_nulls = Q(**{f"{field}__isnull": True, f"pk__{cmp}": pk})
         return in_nulls if nulls_last else in_nulls | Q(**{f"{field}__isnull": False})
     beyond = Q(**{f"{field}__{cmp}": value}) | Q(**{field: value, f"pk__{cmp}": pk})
-    return beyond | Q(**{f"{field}__isnull": True}) if nulls_last else beyond
+    if nullable and nulls_last:
+        return beyond | Q(**{f"{field}__isnull": True})
+    return beyond
 
 
 class KeysetCursorPagination(BasePagination):
@@ -100,14 +106,23 @@ class KeysetCursorPagination(BasePagination):
         # walking back is the same query in the reverse order, read then flipped
         desc = descending != backwards
         nulls_last = not backwards
+        nullable = field != "pk" and queryset.model._meta.get_field(field).null
         if cursor is not None:
             value = cursor.get("v")
             if value is not None and field in DATETIME_FIELDS:
                 value = _datetime(value)
             queryset = queryset.filter(
-                after(field, value, cursor["id"], descending=desc, nulls_last=nulls_last)
+                after(
+                    field,
+                    value,
+                    cursor["id"],
+                    descending=desc,
+                    nulls_last=nulls_last,
+                    nullable=nullable,
+                )
             )
-        nulls = {"nulls_last": True} if nulls_last else {"nulls_first": True}
+        # NULLS LAST/FIRST only where there can be NULLs: a plain ORDER BY walks an index
+        nulls = ({"nulls_last": True} if nulls_last else {"nulls_first": True}) if nullable else {}
         key = F(field).desc(**nulls) if desc else F(field).asc(**nulls)
         tie = F("pk").desc() if desc else F("pk").asc()
         rows = list(queryset.order_by(key, tie)[: size + 1])
