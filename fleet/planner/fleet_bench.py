@@ -88,7 +88,11 @@ def _api_client(user) -> Client:
 def seed(*, nodes: int, pipelines: int, prefix: str = "bench") -> dict[int, float]:
     from fleet.planner import simulator
 
-    return simulator.setup_fleet(nodes=nodes, pipelines=pipelines, prefix=prefix, reset=True)
+    alphas = simulator.setup_fleet(nodes=nodes, pipelines=pipelines, prefix=prefix, reset=True)
+    if connection.vendor == "postgresql":  # what autovacuum does to a table that grew
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE")
+    return alphas
 
 
 def write_snapshot(alphas: dict[int, float], *, prefix: str = "bench") -> int:

@@ -11,6 +11,16 @@ which Prometheus' rate() handles). Labels: pipeline, node, role, and `simulated=
 on every per-node, per-pipeline and fleet series (the simulator's nodes are never summed
 with real ones by a query that filters on it; the fleet gauges come one per class).
 
+Two shapes, the same metric names:
+- per pipeline (the default): the node families summed over the nodes of each (pipeline,
+  role, simulated), without a `node` label: a few hundred series at 10,000 nodes (~57 KB).
+  Utilization is the mean of those nodes, power and requests their sums; node counts by state
+  are `tandem:pipeline_nodes`. A node moved between pipelines takes its totals along, which the
+  old pipeline's counters see as a reset (rate() handles it).
+- per node (`?per_node=1`, or TANDEM_METRICS_PER_NODE=1): one series per node, as before, plus
+  `tandem:node_state`. About 7 KB of text a node: for small fleets.
+Both read the snapshot's node entries, never its pipeline messages (every node row again).
+
 Access:
 - `Authorization: Bearer <TANDEM_METRICS_TOKEN>` when that environment variable is set, or
 - `Authorization: Bearer tdm_...`: an API key of a user with the view role, or
