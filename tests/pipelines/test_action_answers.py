@@ -47,7 +47,7 @@ def grow(pipeline: Pipeline, n: int, *, role: str = "verify", prefix: str = "bul
 def test_move_answers_the_placement_and_both_versions(pipeline, bob):
     other = make_pipeline(name="other")
     grow(pipeline, 40)
-    node = Placement.objects.filter(pipeline=pipeline, role="verify").first().node
+    node = Placement.objects.filter(pipeline=pipeline, role="verify").order_by("pk")[0].node
     r = bob.post(
         f"/api/v1/pipelines/{pipeline.pk}/nodes/{node.pk}/move",
         {"to_pipeline": other.pk, "version": 1},
