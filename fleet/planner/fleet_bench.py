@@ -14,7 +14,10 @@ the test client, and is timed from the call to the response:
 - `metrics`: GET /metrics (per-pipeline series, the default) and /metrics?per_node=1, time
   and bytes;
 - `what_if`: POST /api/v1/planner/what-if;
-- `fleet_page`: GET /fleet/ (the HTML of the fleet page's first render), time and bytes.
+- `fleet_page`: GET /fleet/ (the HTML of the fleet page's first render), time and bytes;
+- for comparison, what still grows with a pipeline: `pipeline_detail` (GET of one pipeline
+  with its every placement) and `k_policy` (POST .../k-policy: a configuration change,
+  answered with the whole pipeline and pushed to each of its workers).
 
 Timings are wall-clock on whatever else the machine is doing: report the load with them.
 """
@@ -171,8 +174,7 @@ def bench_move(api: Client, pipeline_ids: list[int], *, n: int) -> dict:
     a, b = pipeline_ids[0], pipeline_ids[1]
     times, sizes = [], []
     for i, node_id in enumerate(_placed(a, "verify", n)):
-        if i % 5 == 0:
-            heartbeat()
+        heartbeat()  # untimed; an action may take seconds where it pushes to every worker
         elapsed, response = timed(
             lambda node_id=node_id: api.post(
                 f"/api/v1/pipelines/{a}/nodes/{node_id}/move",
@@ -189,8 +191,7 @@ def bench_move(api: Client, pipeline_ids: list[int], *, n: int) -> dict:
 def bench_drain(api: Client, pipeline_id: int, *, n: int) -> dict:
     drains, returns, sizes = [], [], []
     for i, node_id in enumerate(_placed(pipeline_id, "draft", n)):
-        if i % 5 == 0:
-            heartbeat()
+        heartbeat()  # untimed; an action may take seconds where it pushes to every worker
         base = f"/api/v1/pipelines/{pipeline_id}/nodes/{node_id}"
         elapsed, response = timed(
             lambda base=base: api.post(
@@ -209,6 +210,24 @@ def bench_drain(api: Client, pipeline_id: int, *, n: int) -> dict:
         "drain": {**summary(drains), "bytes_max": max(sizes)},
         "return": summary(returns),
     }
+
+
+def bench_k_policy(api: Client, pipeline_id: int, *, n: int) -> dict:
+    """A configuration change: it answers the whole pipeline and is pushed to every worker
+    of it (each gets the new k), unlike the node actions."""
+    times, sizes = [], []
+    for i in range(n):
+        elapsed, response = timed(
+            lambda i=i: api.post(
+                f"/api/v1/pipelines/{pipeline_id}/k-policy",
+                {"k_policy": {"mode": "fixed", "k": 3 + i % 2}, "reason": "bench"},
+                content_type="application/json",
+            )
+        )
+        _check(response)
+        times.append(elapsed)
+        sizes.append(len(response.content))
+    return {**summary(times), "bytes_max": max(sizes)}
 
 
 def bench_get(client: Client, url: str, *, n: int) -> dict:
@@ -258,8 +277,10 @@ def run(*, nodes: int, pipelines: int, rounds: int = 5, actions: int = 20) -> di
         "metrics_per_node": bench_get(view, "/metrics?per_node=1", n=1),
         "what_if": bench_what_if(view, n=rounds),
         "fleet_page": bench_get(page, "/fleet/", n=rounds),
+        "pipeline_detail": bench_get(view, f"/api/v1/pipelines/{pipeline_ids[0]}", n=rounds),
     }
     result["move"] = bench_move(operate, pipeline_ids, n=actions)
     result.update(bench_drain(operate, pipeline_ids[-1], n=actions))
+    result["k_policy"] = bench_k_policy(operate, pipeline_ids[-1], n=min(actions, 5))
     result["seconds"] = round(time.perf_counter() - started, 1)
     return result

@@ -37,10 +37,10 @@ def test_bench_fleet_api_reports_every_figure(tmp_path):
     for case in cases.values():
         assert TIMED <= set(case) and case["n"] >= 2 and case["rows_seen"] > 0
         assert len(case["queries_per_page"]) == 1  # the same count on every page
-    for key in ("move", "drain", "return", "what_if"):
+    for key in ("move", "drain", "return", "what_if", "k_policy"):
         assert TIMED <= set(result[key]), key
     assert result["move"]["n"] == 3 and result["move"]["bytes_max"] < 2000
-    for key in ("metrics", "metrics_per_node", "fleet_page"):
+    for key in ("metrics", "metrics_per_node", "fleet_page", "pipeline_detail"):
         assert TIMED | {"bytes"} <= set(result[key]), key
     assert result["metrics_per_node"]["bytes"] > 10 * result["metrics"]["bytes"]
 
