@@ -153,14 +153,21 @@ def bench_node_list(api: Client, *, pages: int, rounds: int) -> dict:
     return {"cases": out, "p99_ms_worst": max(every)}
 
 
-def heartbeat() -> None:
-    """What the simulated nodes' agents do every few seconds (untimed): without it a long
-    run's nodes turn lost, and the actions are refused as they should be."""
+_last_heartbeat = [0.0]
+
+
+def heartbeat(every_s: float = 4.0) -> None:
+    """What the simulated nodes' agents do every few seconds (untimed, at most every
+    `every_s`): without it a long run's nodes turn lost, and the actions are refused as they
+    should be."""
     from django.utils import timezone
 
     from fleet.nodes.models import Node
 
+    if time.monotonic() - _last_heartbeat[0] < every_s:
+        return
     Node.objects.filter(simulated=True).update(last_seen=timezone.now())
+    _last_heartbeat[0] = time.monotonic()
 
 
 def _placed(pipeline_id: int, role: str, n: int) -> list[int]:
@@ -173,8 +180,8 @@ def _placed(pipeline_id: int, role: str, n: int) -> list[int]:
 def bench_move(api: Client, pipeline_ids: list[int], *, n: int) -> dict:
     a, b = pipeline_ids[0], pipeline_ids[1]
     times, sizes = [], []
-    for i, node_id in enumerate(_placed(a, "verify", n)):
-        heartbeat()  # untimed; an action may take seconds where it pushes to every worker
+    for node_id in _placed(a, "verify", n):
+        heartbeat()  # an action may take seconds where it pushes to every worker
         elapsed, response = timed(
             lambda node_id=node_id: api.post(
                 f"/api/v1/pipelines/{a}/nodes/{node_id}/move",
@@ -190,8 +197,8 @@ def bench_move(api: Client, pipeline_ids: list[int], *, n: int) -> dict:
 
 def bench_drain(api: Client, pipeline_id: int, *, n: int) -> dict:
     drains, returns, sizes = [], [], []
-    for i, node_id in enumerate(_placed(pipeline_id, "draft", n)):
-        heartbeat()  # untimed; an action may take seconds where it pushes to every worker
+    for node_id in _placed(pipeline_id, "draft", n):
+        heartbeat()  # an action may take seconds where it pushes to every worker
         base = f"/api/v1/pipelines/{pipeline_id}/nodes/{node_id}"
         elapsed, response = timed(
             lambda base=base: api.post(
