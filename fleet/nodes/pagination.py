@@ -33,10 +33,18 @@ def _encode(payload: dict) -> str:
     return base64.urlsafe_b64encode(json.dumps(payload, separators=(",", ":")).encode()).decode()
 
 
-def _decode(raw: str) -> dict:
+def _decode(raw: str, ordering: str) -> dict:
+    """The cursor's position; 400 for anything this list did not give out for `ordering`
+    (a tampered value must not reach the query as a dict, nor one order's value another's)."""
     try:
         payload = json.loads(base64.urlsafe_b64decode(raw.encode() + b"==="))
-        if not isinstance(payload, dict) or not isinstance(payload.get("id"), int):
+        if (
+            not isinstance(payload, dict)
+            or type(payload.get("id")) is not int
+            or payload.get("o") != ordering
+            or not isinstance(payload.get("v"), str | int | type(None))
+            or isinstance(payload.get("v"), bool)
+        ):
             raise ValueError
         return payload
     except (ValueError, UnicodeError, TypeError) as exc:
@@ -101,7 +109,8 @@ class KeysetCursorPagination(BasePagination):
         field, descending = self.ordering_of(request, view)
         size = self.get_page_size(request)
         raw = request.query_params.get(self.cursor_query_param)
-        cursor = _decode(raw) if raw else None
+        self.ordering = f"{'-' if descending else ''}{field}"
+        cursor = _decode(raw, self.ordering) if raw else None
         backwards = bool(cursor and cursor.get("r"))
         # walking back is the same query in the reverse order, read then flipped
         desc = descending != backwards
@@ -140,7 +149,8 @@ class KeysetCursorPagination(BasePagination):
         value = getattr(row, self.field)
         if isinstance(value, datetime):
             value = value.isoformat()
-        return _encode({"v": value, "id": row.pk, **({"r": 1} if reverse else {})})
+        position = {"o": self.ordering, "v": value, "id": row.pk}
+        return _encode({**position, **({"r": 1} if reverse else {})})
 
     def _link(self, cursor: str | None) -> str:
         url = self.request.build_absolute_uri()

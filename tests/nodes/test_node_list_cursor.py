@@ -117,6 +117,33 @@ def test_bad_paging_parameters_are_400(alice, query, field):
     assert field in response.json()
 
 
+def _cursor(payload: dict) -> str:
+    import base64
+    import json
+
+    return base64.urlsafe_b64encode(json.dumps(payload).encode()).decode()
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"o": "name", "v": {"$gt": ""}, "id": 1},  # a value that is no value
+        {"o": "name", "v": ["a"], "id": 1},
+        {"o": "name", "v": "a", "id": "1"},
+        {"o": "name", "v": "a", "id": True},
+        {"o": "-name", "v": "a", "id": 1},  # another ordering's cursor
+        {"v": "a", "id": 1},
+        {"o": "last_seen", "v": "not a time", "id": 1},
+    ],
+)
+def test_tampered_cursors_are_400(alice, payload):
+    bulk_nodes(3)
+    ordering = payload.get("o", "name").lstrip("-") if payload.get("o") == "last_seen" else "name"
+    response = alice.get(f"/api/v1/nodes?ordering={ordering}&cursor={_cursor(payload)}")
+    assert response.status_code == 400
+    assert "cursor" in response.json()
+
+
 def test_a_page_is_capped_at_the_maximum(alice):
     from fleet.guard.rest import MAX_PAGE_SIZE
 
