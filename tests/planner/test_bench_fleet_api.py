@@ -37,6 +37,8 @@ def test_bench_fleet_api_reports_every_figure(tmp_path):
     for case in cases.values():
         assert TIMED <= set(case) and case["n"] >= 2 and case["rows_seen"] > 0
         assert len(case["queries_per_page"]) == 1  # the same count on every page
+    walk = cases["walk_all_by_state_limit_200"]
+    assert walk["rows_seen"] == walk["distinct_rows_seen"] == 2000  # every node, once
     for key in ("move", "drain", "return", "what_if", "k_policy"):
         assert TIMED <= set(result[key]), key
     assert result["move"]["n"] == 3 and result["move"]["bytes_max"] < 2000
