@@ -254,12 +254,14 @@ class _NodeAction(_Action):
 
     def respond(self, pipeline: Pipeline, result, node_id: int | None) -> Response:
         placement: Placement | None
-        if isinstance(result, Placement):  # its pipeline and node are the service's, current
-            placement, node, current = result, result.node, result.pipeline
+        if isinstance(result, Placement):  # its node is the service's (locked, current)
+            placement, node = result, result.node
+            current_id = result.pipeline_id
         else:
             node = result if isinstance(result, Node) else Node.objects.get(pk=int(node_id or 0))
             placement = Placement.objects.select_related("node__profile").filter(node=node).first()
-            current = Pipeline.objects.only("id", "name", "version").get(pk=pipeline.pk)
+            current_id = pipeline.pk
+        current = Pipeline.objects.only("id", "name", "version").get(pk=current_id)
         data = {
             "id": current.pk,
             "name": current.name,

@@ -80,10 +80,19 @@ def test_drain_return_unplace_and_place_answer_the_same_shape(pipeline, bob):
         f"/api/v1/pipelines/{pipeline.pk}/place", {"node": extra.pk, "role": "draft"}, format="json"
     ).json()
     assert placed["version"] == 5 and placed["placement"]["role"] == "draft"
+    # a role change inside the pipeline: the answer has the new version too
+    switched = bob.post(
+        f"/api/v1/pipelines/{pipeline.pk}/place",
+        {"node": extra.pk, "role": "verify"},
+        format="json",
+    )
+    assert switched.json()["version"] == 6 and switched["ETag"] == '"6"'
+    assert switched.json()["placement"]["role"] == "verify"
     assert [e.action for e in AuditEvent.objects.order_by("id")] == [
         "drain",
         "return",
         "unplace",
+        "place",
         "place",
     ]
 
