@@ -18,6 +18,7 @@ import base64
 import json
 from datetime import datetime
 
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import F, Q
 from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import BasePagination, CursorPagination
@@ -25,8 +26,6 @@ from rest_framework.response import Response
 from rest_framework.utils.urls import remove_query_param, replace_query_param
 
 from fleet.guard.rest import MAX_PAGE_SIZE
-
-DATETIME_FIELDS = frozenset({"last_seen", "created", "updated"})
 
 
 def _encode(payload: dict) -> str:
@@ -115,11 +114,16 @@ class KeysetCursorPagination(BasePagination):
         # walking back is the same query in the reverse order, read then flipped
         desc = descending != backwards
         nulls_last = not backwards
-        nullable = field != "pk" and queryset.model._meta.get_field(field).null
+        model_field = queryset.model._meta.pk if field == "pk" else None
+        model_field = model_field or queryset.model._meta.get_field(field)
+        nullable = model_field.null
         if cursor is not None:
             value = cursor.get("v")
-            if value is not None and field in DATETIME_FIELDS:
-                value = _datetime(value)
+            if value is not None:
+                try:  # the field's own parsing: an ISO time, a number for the id
+                    value = model_field.to_python(value)
+                except DjangoValidationError as exc:
+                    raise ValidationError({"cursor": ["Not a cursor this list gave out."]}) from exc
             queryset = queryset.filter(
                 after(
                     field,
@@ -196,10 +200,3 @@ class KeysetCursorPagination(BasePagination):
                 "schema": {"type": "integer"},
             },
         ]
-
-
-def _datetime(raw) -> datetime:
-    try:
-        return datetime.fromisoformat(str(raw))
-    except ValueError as exc:
-        raise ValidationError({"cursor": ["Not a cursor this list gave out."]}) from exc
