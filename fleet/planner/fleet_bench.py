@@ -131,7 +131,8 @@ def bench_node_list(api: Client, *, pages: int, rounds: int) -> dict:
     _check(api.get("/api/v1/nodes?limit=1"))  # untimed: the key's first use writes last-used
     out = {}
     for label, query in (*NODE_LIST_CASES, WALK_ALL):
-        times, queries, sizes, rows, ids = [], [], [], 0, set()
+        times, queries, sizes, rows = [], [], [], 0
+        ids: set[int] = set()
         for _ in range(rounds if label != WALK_ALL[0] else 1):
             url = "/api/v1/nodes" + (f"?{query}" if query else "")
             for _page in range(pages if label != WALK_ALL[0] else 10**6):
