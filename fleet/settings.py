@@ -184,6 +184,9 @@ API_KEY_FAILURE_LIMIT = env_int("TANDEM_API_KEY_FAILURE_LIMIT", 20, minimum=1)
 API_KEY_LOCKOUT_S = env_int("TANDEM_API_KEY_LOCKOUT_S", 300, minimum=1)
 # A Bearer token Prometheus may scrape /metrics with (empty: loopback or a viewer's API key).
 METRICS_TOKEN = env_str("TANDEM_METRICS_TOKEN", "")
+# /metrics answers per-pipeline series (summed over each pipeline's nodes of a role) unless
+# this is set or a scrape asks `?per_node=1`: one series per node is ~7 KB a node per scrape.
+METRICS_PER_NODE = env_bool("TANDEM_METRICS_PER_NODE", False)
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"

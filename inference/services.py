@@ -145,11 +145,15 @@ def generation_fail(
     return generation
 
 
-def push_pipeline_config(pipeline: Pipeline) -> None:
-    """Send the pipeline's current configuration to every placed node's worker; workers
-    apply it between rounds. Call after commit. In-flight sequences keep going."""
+def push_pipeline_config(pipeline: Pipeline, *, node_ids: list[int] | None = None) -> None:
+    """Send the pipeline's current configuration to every placed node's worker (or to those
+    of `node_ids` still placed in it); workers apply it between rounds. Call after commit.
+    In-flight sequences keep going."""
     payload = {"pipeline": pipeline.pk, "version": pipeline.version, "config": pipeline.config()}
-    for node_id in pipeline.placements.values_list("node_id", flat=True):
+    placed = pipeline.placements.all()
+    if node_ids is not None:
+        placed = placed.filter(node_id__in=node_ids)
+    for node_id in placed.values_list("node_id", flat=True):
         wire.send(node_id, "config", payload)
 
 

@@ -17,6 +17,7 @@ from fleet.nodes import selectors, services
 from fleet.nodes.authentication import IsNodeAgentForNode
 from fleet.nodes.filters import NodeFilter, ProfileFilter
 from fleet.nodes.models import Node, NodeConflict
+from fleet.nodes.pagination import KeysetCursorPagination
 from fleet.nodes.serializers import (
     HeartbeatReplySerializer,
     HeartbeatSerializer,
@@ -84,10 +85,13 @@ class NodeViewSet(
     mixins.RetrieveModelMixin,
     viewsets.GenericViewSet,
 ):
-    """Nodes: everyone with a role reads; admins register, edit and retire (DELETE = retire)."""
+    """Nodes: everyone with a role reads; admins register, edit and retire (DELETE = retire).
+    The list pages by cursor (`next`/`previous`, `?limit=`), ordered by one field and id:
+    the same few queries for any page of any fleet (fleet/nodes/pagination.py)."""
 
     queryset = selectors.node_queryset()
     serializer_class = NodeSerializer
+    pagination_class = KeysetCursorPagination
     filter_backends = [DjangoFilterBackend, SearchFilter, OrderingFilter]
     filterset_class = NodeFilter
     search_fields = ["name"]

@@ -17,7 +17,9 @@ def parse_label_selector(raw: str) -> tuple[str, str]:
 
 
 class NodeFilter(django_filters.FilterSet):
-    state = django_filters.MultipleChoiceFilter(choices=NodeState.choices)
+    # distinct=False: no join here repeats a node, and SELECT DISTINCT over every column
+    # (JSON ones too) made PostgreSQL sort the whole filtered fleet for each page
+    state = django_filters.MultipleChoiceFilter(choices=NodeState.choices, distinct=False)
     role = django_filters.ChoiceFilter(choices=NodeRole.choices, method="filter_role")
     kind = django_filters.ChoiceFilter(field_name="profile__kind", choices=ProfileKind.choices)
     label = django_filters.CharFilter(

@@ -133,8 +133,9 @@ class Node(models.Model):
     # Bumped on every change an operator can see or make (fields, state), not on plain
     # liveness updates, so an edit form is not invalidated by each heartbeat.
     version = models.PositiveIntegerField(default=1)
-    created = models.DateTimeField(default=timezone.now)
-    updated = models.DateTimeField(auto_now=True)
+    # indexed: the node list pages by cursor in these orders too (fleet/nodes/pagination.py)
+    created = models.DateTimeField(default=timezone.now, db_index=True)
+    updated = models.DateTimeField(auto_now=True, db_index=True)
 
     objects = NodeQuerySet.as_manager()
 

@@ -1,7 +1,8 @@
 """Node registry routes, included under /api/v1/ (no trailing slashes).
 
 GET    nodes                       viewer    list (?state=&role=&kind=&label=k:v&simulated=
-                                             &profile=&search=&ordering=&limit=&offset=)
+                                             &profile=&search=&ordering=&limit=&cursor=),
+                                             paged by cursor: follow next/previous
 POST   nodes                       admin     register; the reply carries the token, once
 GET    nodes/<id>                  viewer    one node, with an ETag "<version>"
 PATCH  nodes/<id>                  admin     edit (If-Match or "version": stale -> 409)

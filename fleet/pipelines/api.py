@@ -69,6 +69,31 @@ class PipelineSerializer(serializers.ModelSerializer):
         read_only_fields = ["id", "version", "created_at", "updated_at", "placements"]
 
 
+class PipelineRefSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Pipeline
+        fields = ["id", "name", "version"]
+
+
+class NodeRefSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Node
+        fields = ["id", "name", "state", "version"]
+
+
+class NodeActionResultSerializer(serializers.Serializer):
+    """What a node action answers, the same size whatever the pipeline's: the pipeline's id,
+    name and new version (its ETag), the node, its placement after the action (null once
+    unplaced) and, for a move, the pipeline it left. GET the pipeline for all of it."""
+
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    version = serializers.IntegerField()
+    node = NodeRefSerializer()
+    placement = PlacementSerializer(allow_null=True)
+    from_pipeline = PipelineRefSerializer(required=False)
+
+
 class RevisionSerializer(serializers.ModelSerializer):
     class Meta:
         model = PipelineRevision
@@ -177,11 +202,15 @@ class _Action(APIView):
     """POST only; parses `input_class`, calls `act`, answers the pipeline's new state."""
 
     input_class: type[serializers.Serializer] = ActionInput
+    response_class: type[serializers.Serializer] = PipelineSerializer
     http_method_names = ["post", "options"]
 
     def post(self, request, pk: int, node_id: int | None = None):
         pipeline = get_object_or_404(Pipeline, pk=pk)
         result = self.run(request=request, pipeline=pipeline, node_id=node_id, data=request.data)
+        return self.respond(pipeline, result, node_id)
+
+    def respond(self, pipeline: Pipeline, result, node_id: int | None) -> Response:
         return _detail(result if isinstance(result, Pipeline) else pipeline)
 
     @classmethod
@@ -216,7 +245,40 @@ class Configure(_Action):
         )
 
 
-class Place(_Action):
+class _NodeAction(_Action):
+    """An action on one node of the pipeline: answers `NodeActionResultSerializer` (a few
+    hundred bytes), never the pipeline's every placement (thousands of rows at fleet scale).
+    `act` returns the node's Placement (place, move), the Node (drain, return) or None."""
+
+    response_class = NodeActionResultSerializer
+
+    def respond(self, pipeline: Pipeline, result, node_id: int | None) -> Response:
+        placement: Placement | None
+        if isinstance(result, Placement):  # its node is the service's (locked, current)
+            placement, node = result, result.node
+            current_id = result.pipeline_id
+        else:
+            node = result if isinstance(result, Node) else Node.objects.get(pk=int(node_id or 0))
+            placement = Placement.objects.select_related("node__profile").filter(node=node).first()
+            current_id = pipeline.pk
+        current = Pipeline.objects.only("id", "name", "version").get(pk=current_id)
+        data = {
+            "id": current.pk,
+            "name": current.name,
+            "version": current.version,
+            "node": node,
+            "placement": placement,
+        }
+        if current.pk != pipeline.pk:  # a move: the answer is the destination's
+            data["from_pipeline"] = Pipeline.objects.only("id", "name", "version").get(
+                pk=pipeline.pk
+            )
+        response = Response(NodeActionResultSerializer(data).data)
+        response["ETag"] = f'"{current.version}"'
+        return response
+
+
+class Place(_NodeAction):
     """Place a free node in this pipeline as drafter or verifier (or change its role)."""
 
     input_class = PlaceInput
@@ -227,39 +289,38 @@ class Place(_Action):
         )
 
 
-class Move(_Action):
+class Move(_NodeAction):
     """Move a node of this pipeline to another pipeline (same role unless given);
-    `version` is the destination's."""
+    `version` is the destination's, and so is the answer (`from_pipeline`: this one)."""
 
     input_class = MoveInput
 
     def act(self, *, request, pipeline, node_id, to_pipeline, role=None, **kw):
-        get_object_or_404(Pipeline, pk=to_pipeline)
-        services.node_move(
+        get_object_or_404(Pipeline.objects.only("id"), pk=to_pipeline)
+        return services.node_move(
             node_id=node_id, to_pipeline_id=to_pipeline, role=role, actor=request.user, **kw
         )
-        return Pipeline.objects.get(pk=to_pipeline)
 
 
-class Unplace(_Action):
+class Unplace(_NodeAction):
     """Take a node out of this pipeline (back to the free pool)."""
 
     def act(self, *, request, pipeline, node_id, **kw):
         services.node_unplace(node_id=node_id, actor=request.user, **kw)
 
 
-class Drain(_Action):
+class Drain(_NodeAction):
     """The node finishes the sequences it holds and takes no new ones."""
 
     def act(self, *, request, pipeline, node_id, **kw):
-        services.node_drain(node_id=node_id, actor=request.user, **kw)
+        return services.node_drain(node_id=node_id, actor=request.user, **kw)
 
 
-class Return(_Action):
+class Return(_NodeAction):
     """A draining node takes new work again."""
 
     def act(self, *, request, pipeline, node_id, force=False, **kw):
-        services.node_return(node_id=node_id, actor=request.user, **kw)
+        return services.node_return(node_id=node_id, actor=request.user, **kw)
 
 
 class SetKPolicy(_Action):
@@ -303,13 +364,14 @@ class Rollback(_Action):
 
 
 def _document(view: type[_Action]) -> None:
-    """OpenAPI: each action's input serializer, answered by the pipeline's new state."""
+    """OpenAPI: each action's input serializer, and its answer: the pipeline's new state, or
+    for the node actions the compact `NodeActionResultSerializer`."""
 
     def post(self, request, pk: int, node_id: int | None = None):
         return _Action.post(self, request, pk, node_id)
 
     view.post = extend_schema(
-        request=view.input_class, responses=PipelineSerializer, description=view.__doc__ or ""
+        request=view.input_class, responses=view.response_class, description=view.__doc__ or ""
     )(post)
 
 

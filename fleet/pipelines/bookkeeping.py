@@ -23,23 +23,32 @@ logger = logging.getLogger(__name__)
 # --- push to workers ---------------------------------------------------------------------------
 
 
-def push_config(pipeline_id: int) -> None:
+def push_config(pipeline_id: int, node_ids: list[int] | None = None) -> None:
     """Sends the committed configuration to the running workers (through the data plane's
-    `inference.services.push_pipeline_config`)."""
+    `inference.services.push_pipeline_config`): to every placed node, or to `node_ids`."""
     from inference.services import push_pipeline_config  # the data plane imports this app
 
     pipeline = Pipeline.objects.filter(pk=pipeline_id).first()
     if pipeline is not None:
-        push_pipeline_config(pipeline)
+        push_pipeline_config(pipeline, node_ids=node_ids)
 
 
-def _push(pipeline_id: int) -> None:
-    push_config(pipeline_id)  # looked up at call time: tests replace push_config
+def _push(pipeline_id: int, node_ids: list[int] | None) -> None:
+    push_config(pipeline_id, node_ids)  # looked up at call time: tests replace push_config
 
 
 def push_after_commit(*pipeline_ids: int) -> None:
+    """A change of the pipeline's configuration: every worker of it gets it, after commit."""
     for pid in dict.fromkeys(pipeline_ids):
-        transaction.on_commit(partial(_push, pid))
+        transaction.on_commit(partial(_push, pid, None))
+
+
+def push_to_nodes_after_commit(pipeline_id: int, node_ids: list[int]) -> None:
+    """A change of which nodes serve the pipeline (place, move, drain, return): the
+    pipeline's configuration and version go to the nodes that changed, after commit. The
+    other workers' configuration is the same; routing reads placements and node states from
+    the database. (Pushing to all of a 2,500-node pipeline costs seconds per action.)"""
+    transaction.on_commit(partial(_push, pipeline_id, list(node_ids)))
 
 
 def _committed(event: AuditEvent) -> None:
@@ -89,8 +98,11 @@ def check_version(pipeline: Pipeline, expected: int | None) -> None:
 
 
 def placements_snapshot(pipeline: Pipeline) -> list[dict]:
-    rows = Placement.objects.filter(pipeline=pipeline).select_related("node").order_by("node_id")
-    return [{"node": p.node_id, "name": p.node.name, "role": p.role} for p in rows]
+    rows = Placement.objects.filter(pipeline=pipeline).order_by("node_id")
+    return [
+        {"node": node_id, "name": name, "role": role}
+        for node_id, name, role in rows.values_list("node_id", "node__name", "role")
+    ]
 
 
 def snapshot(pipeline: Pipeline) -> dict:

@@ -1,6 +1,11 @@
 """The nodes of a pipeline: place, move, unplace, drain and return, keyword-only, atomic,
 audited and pushed like every pipeline change (see `services.py`). Draining and returning are
 the one door for a node's state: the REST node endpoints use them too.
+
+They cost the same at any pipeline size: the rules count in the database (`exists`, `Sum`)
+instead of loading the placements, the power budget is summed only when there is one, and
+the after-commit push goes to the node that changed, not to every worker of the pipeline
+(whose configuration did not change).
 """
 
 from __future__ import annotations
@@ -17,8 +22,7 @@ from fleet.pipelines.rules import (
     ActionRefused,
     check_keeps_healthy,
     check_placeable,
-    check_power,
-    placed_power_w,
+    check_power_with,
 )
 
 
@@ -53,7 +57,7 @@ def node_place(
         existing.save(update_fields=["role"])
         placement = existing
     else:
-        check_power(pipeline, placed_power_w(pipeline, extra=node))
+        check_power_with(pipeline, extra=node)
         before = {}
         placement = Placement.objects.create(pipeline=pipeline, node=node, role=role)
     bookkeeping.bump(pipeline)
@@ -66,7 +70,7 @@ def node_place(
         after={"pipeline": pipeline.name, "role": role},
         reason=reason,
     )
-    bookkeeping.push_after_commit(pipeline.pk)
+    bookkeeping.push_to_nodes_after_commit(pipeline.pk, [node.pk])
     return placement
 
 
@@ -100,7 +104,7 @@ def node_move(
     role = role or current.role
     check_placeable(node, role, force=force)
     check_keeps_healthy(source, leaving=node, force=force)
-    check_power(dest, placed_power_w(dest, extra=node))
+    check_power_with(dest, extra=node)
     old_role = current.role
     current.delete()
     placement = Placement.objects.create(pipeline=dest, node=node, role=role)
@@ -115,7 +119,7 @@ def node_move(
         after={"pipeline": dest.name, "role": role},
         reason=reason,
     )
-    bookkeeping.push_after_commit(source.pk, dest.pk)
+    bookkeeping.push_to_nodes_after_commit(dest.pk, [node.pk])  # its new pipeline's config
     return placement
 
 
@@ -143,7 +147,7 @@ def node_unplace(
         after={},
         reason=reason,
     )
-    bookkeeping.push_after_commit(pipeline.pk)
+    # No push: the node serves no pipeline now, and the others' configuration is the same.
 
 
 def _node_state_action(
@@ -166,7 +170,7 @@ def _node_state_action(
         raise ActionRefused(str(exc), code=exc.code) from exc
     if pipeline is not None:
         bookkeeping.bump(pipeline)
-        bookkeeping.push_after_commit(pipeline.pk)
+        bookkeeping.push_to_nodes_after_commit(pipeline.pk, [node.pk])
     bookkeeping.audit(
         actor=actor,
         action=action,

@@ -5,6 +5,8 @@ verifier left, and a valid configuration (k policy, SLOs, draft/target compatibi
 from __future__ import annotations
 
 from django.core.exceptions import ValidationError
+from django.db.models import Q, Sum
+from django.utils import timezone
 
 from fleet.accounts.errors import Conflict
 from fleet.nodes.choices import NodeState, ProfileKind
@@ -35,13 +37,13 @@ def is_healthy(node: Node) -> bool:
     return node.state == NodeState.ONLINE and not node.is_lost()
 
 
-def healthy_counts(pipeline: Pipeline, *, exclude_node: int | None = None) -> dict[str, int]:
-    counts = {PlacementRole.DRAFT: 0, PlacementRole.VERIFY: 0}
-    qs = Placement.objects.filter(pipeline=pipeline).select_related("node")
-    for p in qs:
-        if p.node_id != exclude_node and is_healthy(p.node):
-            counts[p.role] += 1
-    return counts
+def healthy_q(now=None) -> Q:
+    """`is_healthy` as a filter on placements: online, and a heartbeat inside the liveness
+    window (a node that never sent one is not lost)."""
+    cutoff = (now or timezone.now()) - Node.liveness_window()
+    return Q(node__state=NodeState.ONLINE) & (
+        Q(node__last_seen__isnull=True) | Q(node__last_seen__gte=cutoff)
+    )
 
 
 def needs_drafter(pipeline: Pipeline) -> bool:
@@ -57,8 +59,8 @@ def check_keeps_healthy(pipeline: Pipeline, *, leaving: Node, force: bool) -> No
         return
     if placement.role == PlacementRole.DRAFT and not needs_drafter(pipeline):
         return
-    left = healthy_counts(pipeline, exclude_node=leaving.pk)[placement.role]
-    if left == 0:
+    others = Placement.objects.filter(healthy_q(), pipeline=pipeline, role=placement.role)
+    if not others.exclude(node_id=leaving.pk).exists():  # stops at the first one found
         raise ActionRefused(
             f"{leaving.name} is the last healthy {placement.get_role_display()} of pipeline "
             f"{pipeline.name!r}; pass force to do it anyway."
@@ -68,13 +70,20 @@ def check_keeps_healthy(pipeline: Pipeline, *, leaving: Node, force: bool) -> No
 def placed_power_w(
     pipeline: Pipeline, *, extra: Node | None = None, without: int | None = None
 ) -> float:
+    """Sum of the TDP of the pipeline's placed (not retired) nodes, summed by the database."""
     qs = Placement.objects.filter(pipeline=pipeline).exclude(node__state=NodeState.RETIRED)
     if without is not None:
         qs = qs.exclude(node_id=without)
-    total = sum(p.node.profile.tdp_w for p in qs.select_related("node__profile"))
+    total = qs.aggregate(w=Sum("node__profile__tdp_w"))["w"] or 0.0
     if extra is not None:
         total += extra.profile.tdp_w
     return float(total)
+
+
+def check_power_with(pipeline: Pipeline, *, extra: Node) -> None:
+    """`check_power` for `extra` joining `pipeline`; no query when it has no budget."""
+    if pipeline.power_budget_w is not None:
+        check_power(pipeline, placed_power_w(pipeline, extra=extra))
 
 
 def check_power(pipeline: Pipeline, total_w: float) -> None:

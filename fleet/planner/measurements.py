@@ -21,6 +21,7 @@ from pathlib import Path
 
 from django.utils import timezone
 
+from fleet.nodes.models import HardwareProfile
 from fleet.pipelines.compat import resolve_model_dir
 from fleet.pipelines.models import Pipeline, Placement, PlacementRole
 from fleet.planner.model import (
@@ -94,12 +95,30 @@ def spec_from_config(name: str, cfg: dict) -> ModelSpec:
     )
 
 
-def _majority_profile(placements: list[Placement], role: str):
-    profiles = [p.node.profile for p in placements if p.role == role]
-    if not profiles:
+# (role, profile slug, retired) -> how many placed nodes: what the model needs of placements
+RoleCounts = Counter
+
+
+def role_counts(placements: list[Placement]) -> tuple[RoleCounts, dict[str, HardwareProfile]]:
+    """The placements as counts, and the profiles they name (by slug)."""
+    counts: RoleCounts = Counter()
+    profiles: dict[str, HardwareProfile] = {}
+    for p in placements:
+        profile = p.node.profile
+        profiles.setdefault(profile.slug, profile)
+        counts[(p.role, profile.slug, p.node.state == "retired")] += 1
+    return counts, profiles
+
+
+def _majority_profile(counts: RoleCounts, profiles: dict[str, HardwareProfile], role: str):
+    by_slug: Counter = Counter()
+    for (r, slug, _retired), n in counts.items():
+        if r == role:
+            by_slug[slug] += n
+    if not by_slug:
         return None
-    slug, _ = Counter(p.slug for p in profiles).most_common(1)[0]
-    return next(p for p in profiles if p.slug == slug)
+    slug, _ = by_slug.most_common(1)[0]
+    return profiles[slug]
 
 
 def measured(pipeline: Pipeline, *, window: timedelta = MEASURE_WINDOW) -> dict:
@@ -128,12 +147,9 @@ def mean_draft_length(d: dict, default_k: float) -> float:
     return (mal - 1) / rate if (rate and mal) else default_k
 
 
-def _verifier_ids(pipeline: Pipeline) -> list[int]:
-    return list(
-        Placement.objects.filter(pipeline=pipeline, role=PlacementRole.VERIFY).values_list(
-            "node_id", flat=True
-        )
-    )
+def _verifier_ids(pipeline: Pipeline):
+    """The pipeline's verifiers, as a subquery (not thousands of ids sent back in an IN)."""
+    return Placement.objects.filter(pipeline=pipeline, role=PlacementRole.VERIFY).values("node_id")
 
 
 def _loaded_share(d: dict) -> float:
@@ -306,9 +322,28 @@ def pipeline_model(
     """The planner's model of `pipeline` as placed now, with measured inputs where any."""
     if placements is None:
         placements = list(pipeline.placements.select_related("node__profile"))
+    counts, profiles = role_counts(placements)
+    return pipeline_model_of_counts(
+        pipeline, counts=counts, profiles=profiles, measured_inputs=measured_inputs
+    )
+
+
+def pipeline_model_of_counts(
+    pipeline: Pipeline,
+    *,
+    counts: RoleCounts,
+    profiles: dict[str, HardwareProfile],
+    measured_inputs: dict | None = None,
+) -> PipelineModel:
+    """`pipeline_model` from placement counts (`role_counts`, or a GROUP BY of a large
+    fleet's placements): the same model without loading a row per node."""
     m = measured(pipeline) if measured_inputs is None else measured_inputs
-    v_profile = _majority_profile(placements, PlacementRole.VERIFY)
-    d_profile = _majority_profile(placements, PlacementRole.DRAFT)
+    v_profile = _majority_profile(counts, profiles, PlacementRole.VERIFY)
+    d_profile = _majority_profile(counts, profiles, PlacementRole.DRAFT)
+
+    def serving(role: str) -> int:
+        return sum(n for (r, _slug, retired), n in counts.items() if r == role and not retired)
+
     model = PipelineModel(
         alpha=m.get("alpha", pipeline_alpha_hint(pipeline)),
         per_position=tuple(m.get("per_position", ())),
@@ -318,26 +353,22 @@ def pipeline_model(
         draft=model_spec(pipeline.draft_model, default_params=1e9),
         verify_curve=m.get("verify_curve"),
         draft_curve=m.get("draft_curve"),
-        n_verifiers=sum(
-            1 for p in placements if p.role == PlacementRole.VERIFY and p.node.state != "retired"
-        ),
-        n_drafters=sum(
-            1 for p in placements if p.role == PlacementRole.DRAFT and p.node.state != "retired"
-        ),
+        n_verifiers=serving(PlacementRole.VERIFY),
+        n_drafters=serving(PlacementRole.DRAFT),
         drafter_kind=pipeline.drafter_kind,
-        drafter_mix=_mix(placements, PlacementRole.DRAFT),
+        drafter_mix=_mix(counts, profiles, PlacementRole.DRAFT),
     )
     if m.get("rounds") and model.n_verifiers:
         model = model.with_(overhead_curve=fit_overhead(model, m["rounds"]))
     return model
 
 
-def _mix(placements: list[Placement], role: str) -> tuple:
-    counts = Counter(
-        p.node.profile.slug for p in placements if p.role == role and p.node.state != "retired"
-    )
-    profiles = {p.node.profile.slug: p.node.profile for p in placements}
-    return tuple((Hardware.from_profile(profiles[slug]), n) for slug, n in counts.items())
+def _mix(counts: RoleCounts, profiles: dict[str, HardwareProfile], role: str) -> tuple:
+    by_slug: Counter = Counter()
+    for (r, slug, retired), n in counts.items():
+        if r == role and not retired:
+            by_slug[slug] += n
+    return tuple((Hardware.from_profile(profiles[slug]), n) for slug, n in by_slug.items())
 
 
 def pipeline_alpha_hint(pipeline: Pipeline) -> float:

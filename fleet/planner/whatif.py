@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from django.db.models import Count
+
 from fleet.nodes.choices import ProfileKind
 from fleet.nodes.models import HardwareProfile
 from fleet.pipelines.models import DrafterKind, Pipeline, Placement, PlacementRole
@@ -50,20 +52,30 @@ def _hw(profiles: dict[str, HardwareProfile], counter: Counter) -> Hardware | No
 def current_fleet(
     *, include_simulated: bool = True
 ) -> tuple[list[PipelineMix], dict[str, HardwareProfile]]:
+    """Every pipeline's mix, from one GROUP BY over the placements that are not retired
+    (pipeline, role, profile): a 10,000-node fleet is a few dozen rows, not 10,000 loaded
+    placements."""
     profiles = {p.slug: p for p in HardwareProfile.objects.all()}
     pipelines = Pipeline.objects.order_by("name")
     if not include_simulated:
         pipelines = pipelines.filter(simulated=False)
-    # one query for every placement (a prefetch would send thousands of ids back in an IN)
-    by_pipeline: dict[int, list[Placement]] = {}
-    rows = Placement.objects.filter(pipeline__in=pipelines).exclude(node__state="retired")
-    for p in rows.select_related("node__profile"):
-        by_pipeline.setdefault(p.pipeline_id, []).append(p)
+    pipelines_list = list(pipelines)
+    counts: dict[int, measurements.RoleCounts] = {p.pk: Counter() for p in pipelines_list}
+    rows = (
+        Placement.objects.filter(pipeline__in=pipelines)
+        .exclude(node__state="retired")
+        .values("pipeline_id", "role", "node__profile__slug")
+        .annotate(n=Count("pk"))
+    )
+    for row in rows:
+        counts[row["pipeline_id"]][(row["role"], row["node__profile__slug"], False)] += row["n"]
     mixes = []
-    for pipeline in pipelines:
-        placements = by_pipeline.get(pipeline.pk, [])
+    for pipeline in pipelines_list:
+        placed = counts[pipeline.pk]
         measured = measurements.measured(pipeline)
-        m = measurements.pipeline_model(pipeline, placements=placements, measured_inputs=measured)
+        m = measurements.pipeline_model_of_counts(
+            pipeline, counts=placed, profiles=profiles, measured_inputs=measured
+        )
         mix = PipelineMix(
             pipeline.pk,
             pipeline.name,
@@ -72,12 +84,10 @@ def current_fleet(
             operating_batch(pipeline, measured),
             int((pipeline.auto_bounds or {}).get("k_max", 8)),
         )
-        for p in placements:
-            (mix.verifiers if p.role == PlacementRole.VERIFY else mix.drafters)[
-                p.node.profile.slug
-            ] += 1
-            if p.role == PlacementRole.DRAFT and p.node.profile.kind == ProfileKind.GPU:
-                mix.gpu_drafters += 1
+        for (role, slug, _retired), n in placed.items():
+            (mix.verifiers if role == PlacementRole.VERIFY else mix.drafters)[slug] += n
+            if role == PlacementRole.DRAFT and profiles[slug].kind == ProfileKind.GPU:
+                mix.gpu_drafters += n
         if pipeline.drafter_kind != DrafterKind.MODEL:
             mix.model = mix.model.with_(drafter_kind=pipeline.drafter_kind)
         mixes.append(mix)

@@ -19,7 +19,11 @@ pytestmark = pytest.mark.django_db
 def pushed(monkeypatch):
     """Records the pipelines pushed to workers (after commit)."""
     calls = []
-    monkeypatch.setattr(bookkeeping, "push_config", lambda pid: calls.append(pid))
+    monkeypatch.setattr(
+        bookkeeping,
+        "push_config",  # a pipeline id (every worker), or (pipeline id, the nodes pushed to)
+        lambda pid, node_ids=None: calls.append(pid if node_ids is None else (pid, *node_ids)),
+    )
     return calls
 
 
@@ -166,7 +170,7 @@ def test_move_between_pipelines(pipeline, operator, pushed, django_capture_on_co
     assert Placement.objects.get(node=extra).pipeline == other
     assert Pipeline.objects.get(pk=pipeline.pk).version == 2
     assert Pipeline.objects.get(pk=other.pk).version == 2
-    assert sorted(pushed) == sorted([pipeline.pk, other.pk])
+    assert pushed == [(other.pk, extra.pk)]  # the moved node gets its new pipeline's
     event = AuditEvent.objects.get(action="move")
     assert event.before["pipeline"] == "main" and event.after["pipeline"] == "other"
     with pytest.raises(StaleVersion):

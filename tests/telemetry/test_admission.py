@@ -43,7 +43,7 @@ def _figures(agg: Aggregator, node_id: int, now: float) -> dict:
 
 
 def _metrics() -> dict:
-    response = Client(REMOTE_ADDR="127.0.0.1").get("/metrics")
+    response = Client(REMOTE_ADDR="127.0.0.1").get("/metrics?per_node=1")  # node-labelled series
     assert response.status_code == 200
     out = {}
     for family in text_string_to_metric_families(response.content.decode()):

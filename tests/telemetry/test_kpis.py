@@ -77,7 +77,7 @@ def test_headline_kpis_are_real_nodes_only(mixed_fleet):
 
 def _metrics() -> dict:
     out: dict = {}
-    text = Client(REMOTE_ADDR="127.0.0.1").get("/metrics").content.decode()
+    text = Client(REMOTE_ADDR="127.0.0.1").get("/metrics?per_node=1").content.decode()
     for family in text_string_to_metric_families(text):
         for s in family.samples:
             out.setdefault(s.name, []).append(s)

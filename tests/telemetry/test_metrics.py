@@ -15,6 +15,23 @@ from tests.telemetry import factories as f
 pytestmark = pytest.mark.django_db
 
 
+def _feed(verifiers: list[tuple], drafters: list[tuple]) -> None:
+    """Three seconds of samples from each (node, token); the snapshot written to Redis."""
+    agg = Aggregator()
+    agg.set_registry(load_registry())
+    now = time.time()
+    for i in range(3):
+        for n, token in verifiers:
+            agg.ingest_entry(
+                encode(n.id, f.verify_sample(ts=now + i), key=f.key_of(n.id, token)), now=now + i
+            )
+        for n, token in drafters:
+            agg.ingest_entry(
+                encode(n.id, f.draft_sample(ts=now + i), key=f.key_of(n.id, token)), now=now + i
+            )
+    client().hset(LIVE_KEY, mapping=agg.build(now + 2.5)["snapshot"])
+
+
 @pytest.fixture
 def live():
     p = f.pipeline(name="chat")
@@ -22,17 +39,19 @@ def live():
     d, dt = f.node(name="sram-1")
     f.place(v, p, "verify")
     f.place(d, p, "draft")
-    agg = Aggregator()
-    agg.set_registry(load_registry())
-    now = time.time()
-    for i in range(3):
-        agg.ingest_entry(
-            encode(v.id, f.verify_sample(ts=now + i), key=f.key_of(v.id, vt)), now=now + i
-        )
-        agg.ingest_entry(
-            encode(d.id, f.draft_sample(ts=now + i), key=f.key_of(d.id, dt)), now=now + i
-        )
-    client().hset(LIVE_KEY, mapping=agg.build(now + 2.5)["snapshot"])
+    _feed([(v, vt)], [(d, dt)])
+
+
+@pytest.fixture
+def fleet_of_three():
+    """Two real verifiers and a drafter in "chat"; a simulated verifier in "sim"."""
+    chat, sim = f.pipeline(name="chat"), f.pipeline(name="sim")
+    v1, v2, d = f.node(name="gpu-1"), f.node(name="gpu-2"), f.node(name="sram-1")
+    s = f.node(name="sim-gpu-1", simulated=True)
+    for (n, _), p, role in ((v1, chat, "verify"), (v2, chat, "verify"), (d, chat, "draft")):
+        f.place(n, p, role)
+    f.place(s[0], sim, "verify")
+    _feed([v1, v2, s], [d])
 
 
 def _samples(text: str) -> dict:
@@ -49,8 +68,9 @@ def _one(samples, name, **labels):
 
 
 def test_metrics_names_and_values(settings, live):
+    """The per-node series (`?per_node=1`): every figure of one node, labelled with it."""
     settings.METRICS_TOKEN = ""
-    response = Client(REMOTE_ADDR="127.0.0.1").get("/metrics")
+    response = Client(REMOTE_ADDR="127.0.0.1").get("/metrics?per_node=1")
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/plain")
     s = _samples(response.content.decode())
@@ -131,3 +151,56 @@ def test_metrics_with_no_aggregator(settings, db):
     settings.METRICS_TOKEN = ""
     response = Client(REMOTE_ADDR="127.0.0.1").get("/metrics")
     assert response.status_code == 200 and b"tandem:fleet_nodes" in response.content
+
+
+def test_metrics_are_per_pipeline_by_default(settings, fleet_of_three):
+    """Without ?per_node the node series are summed per pipeline, role and class: no `node`
+    label anywhere, the `simulated` label kept, figures the sums of the nodes'."""
+    settings.METRICS_TOKEN = ""
+    settings.METRICS_PER_NODE = False
+    response = Client(REMOTE_ADDR="127.0.0.1").get("/metrics")
+    assert response.status_code == 200
+    s = _samples(response.content.decode())
+    assert not [x for xs in s.values() for x in xs if "node" in x.labels]
+    chat = {"pipeline": "chat", "role": "verify", "simulated": "false"}
+    assert _one(s, "tandem:spec_decode_num_drafts_total", **chat) == 60  # 2 nodes x 30
+    assert _one(s, "tandem:spec_decode_num_accepted_tokens_total", **chat) == 144
+    per_pos = "tandem:spec_decode_num_accepted_tokens_per_pos_total"
+    assert _one(s, per_pos, position="0", **chat) == 48
+    assert _one(s, "tandem:inter_token_latency_seconds_count", **chat) == 24
+    assert _one(s, "tandem:inter_token_latency_seconds_bucket", le="+Inf", **chat) == 24
+    assert _one(s, "tandem:num_requests_running", **chat) == 16
+    assert _one(s, "tandem:node_power_usage_watts", source="measured", **chat) == 600
+    assert _one(s, "tandem:node_utilization_ratio", **chat) == _one(
+        s, "tandem:node_utilization_ratio", pipeline="sim", role="verify"
+    )  # a mean, not a sum
+    sim = {"pipeline": "sim", "role": "verify", "simulated": "true"}
+    assert _one(s, "tandem:spec_decode_num_drafts_total", **sim) == 30
+    assert _one(s, "tandem:pipeline_nodes", state="online", **chat) == 2
+    assert _one(s, "tandem:pipeline_nodes", state="online", **sim) == 1
+    assert "tandem:node_state" not in s
+
+
+def test_per_node_series_by_setting_or_parameter(settings, fleet_of_three):
+    settings.METRICS_TOKEN = ""
+    scraper = Client(REMOTE_ADDR="127.0.0.1")
+
+    def nodes_in(response) -> set[str]:
+        assert response.status_code == 200
+        text = response.content.decode()
+        return {
+            x.labels["node"]
+            for xs in _samples(text).values()
+            for x in xs
+            if x.name == "tandem:spec_decode_num_drafts_total" and "node" in x.labels
+        }
+
+    everyone = {"gpu-1", "gpu-2", "sram-1", "sim-gpu-1"}
+    settings.METRICS_PER_NODE = False
+    assert nodes_in(scraper.get("/metrics")) == set()
+    assert nodes_in(scraper.get("/metrics?per_node=1")) == everyone
+    settings.METRICS_PER_NODE = True
+    assert nodes_in(scraper.get("/metrics")) == everyone
+    assert nodes_in(scraper.get("/metrics?per_node=false")) == set()
+    bad = scraper.get("/metrics?per_node=maybe")
+    assert bad.status_code == 400 and b"per_node" in bad.content
