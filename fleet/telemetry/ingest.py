@@ -1,7 +1,12 @@
 """Telemetry ingest: node agents put signed samples on a Redis stream; the aggregator reads it.
 
-One XADD per sample (or a pipeline of them), never an HTTP request per sample. The stream is
-capped (`MAXLEN ~ STREAM_MAXLEN`): raw samples are not kept, only rollups are.
+One XADD per sample (or a pipeline of them), never an HTTP request per sample. Samples are
+sharded by node over SHARDS streams (`tandem:telemetry:<shard>`, shard = node id % SHARDS) so
+that several aggregator processes can split the fleet (`fleet.telemetry.shards`); a node's
+samples always land on one stream, in order. The number is fixed in code (publishers and
+aggregators must agree; it is not the number of aggregators, which may change at any time).
+Each stream is capped (`MAXLEN ~ STREAM_MAXLEN`) and trimmed by its aggregator once the
+rollups covering its entries are written: raw samples are not kept, only rollups are.
 
 Authenticity: an agent holds its node token `tdn_...`; the control plane stores only its
 SHA-256 digest. Samples are signed with HMAC-SHA256 under a per-node key DERIVED from the
@@ -37,8 +42,18 @@ from fleet.redis_clients import client as client  # re-exported: telemetry's pub
 from fleet.redis_clients import redis_url as redis_url
 from fleet.telemetry.samples import normalize
 
-STREAM = "tandem:telemetry"
-STREAM_MAXLEN = 100_000
+STREAM = "tandem:telemetry"  # the prefix of the shard streams
+SHARDS = 16
+STREAM_MAXLEN = 50_000  # per shard; aggregators trim acknowledged entries well before this
+STREAMS: tuple[str, ...] = tuple(f"{STREAM}:{i}" for i in range(SHARDS))
+
+
+def shard_of(node_id: int) -> int:
+    return int(node_id) % SHARDS
+
+
+def stream_of(node_id: int) -> str:
+    return STREAMS[int(node_id) % SHARDS]
 
 
 def sign(body: bytes | str, key: str) -> str:
@@ -76,7 +91,7 @@ def publish_sample(
     Raises `fleet.telemetry.samples.InvalidSample` for a malformed sample."""
     entry = encode(node_id, sample, key=_key(node_id, token, key))
     r = redis or client()
-    entry_id = r.xadd(STREAM, entry, maxlen=STREAM_MAXLEN, approximate=True)
+    entry_id = r.xadd(stream_of(node_id), entry, maxlen=STREAM_MAXLEN, approximate=True)
     return entry_id.decode() if isinstance(entry_id, bytes) else entry_id
 
 
@@ -88,7 +103,23 @@ def publish_many(
     pipe = r.pipeline(transaction=False)
     count = 0
     for node_id, sample, key in items:
-        pipe.xadd(STREAM, encode(node_id, sample, key=key), maxlen=STREAM_MAXLEN, approximate=True)
+        entry = encode(node_id, sample, key=key)
+        pipe.xadd(STREAMS[node_id % SHARDS], entry, maxlen=STREAM_MAXLEN, approximate=True)
+        count += 1
+    pipe.execute()
+    return count
+
+
+def publish_encoded(
+    entries: Iterable[tuple[int, dict]], *, redis: redis_lib.Redis | None = None
+) -> int:
+    """XADD already signed entries (`encode()`'s dicts, or the simulator's templated ones)
+    in one round trip: (node_id, entry) pairs."""
+    r = redis or client()
+    pipe = r.pipeline(transaction=False)
+    count = 0
+    for node_id, entry in entries:
+        pipe.xadd(STREAMS[node_id % SHARDS], entry, maxlen=STREAM_MAXLEN, approximate=True)
         count += 1
     pipe.execute()
     return count
