@@ -35,8 +35,8 @@ STALE_AFTER_S = 10.0
 ROLLUP_S = 10
 ROLLUP_LONG_S = 300
 PENDING_MAX = 20_000
-SNAPSHOT_FULL_S = 5.0  # every node's snapshot field is rewritten at least this often
-SNAPSHOT_MIN_S = 5.0  # and a changed one at most this often (the node page has its socket)
+SNAPSHOT_FULL_S = 10.0  # every node's snapshot field is rewritten at least this often
+SNAPSHOT_MIN_S = 10.0  # and a changed one at most this often (the node page has its socket)
 FULL_ROWS_S = 5.0  # every node's figure row goes to the merge at least this often
 
 

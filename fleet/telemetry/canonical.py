@@ -61,64 +61,64 @@ KEYS = frozenset(
 _INF = math.inf
 _INT = {int}
 _FLOAT = {float}
+_ENERGY = {"draft", "verify"}
 
 
-def _ints(values: list, limit: int) -> bool:
-    """A list of at most `limit` ints >= 0 (bools are not ints here)."""
-    return len(values) <= limit and (
-        not values or (set(map(type, values)) == _INT and min(values) >= 0)
-    )
+_FIXED = (*INT_FIELDS,)
+_FLOATS = (*FLOAT_FIELDS, "utilization")
+_le = int.__le__
 
 
 def is_canonical(s: dict) -> bool:
-    """Is `s` exactly what `normalize()` returns for it?"""
+    """Is `s` exactly what `normalize()` returns for it? (One pass over all the integers and
+    one over all the floats, in C: set of their types, min, max.)"""
     if type(s) is not dict or s.keys() != KEYS or s["v"] != SCHEMA_VERSION:
         return False
-    ts, interval = s["ts"], s["interval_s"]
-    if type(ts) is not float or not (-_INF < ts < _INF):
+    accepted, drafts = s["num_accepted_tokens_per_pos"], s["num_draft_tokens_per_pos"]
+    ttft, itl, batch, energy = s["ttft_hist"], s["itl_hist"], s["verify_batch_hist"], s["energy_j"]
+    if not (type(accepted) is list and type(drafts) is list and type(ttft) is list):
         return False
-    if type(interval) is not float or not (0.0 < interval <= 3600.0):
+    if not (type(itl) is list and type(batch) is dict and type(energy) is dict):
+        return False
+    if len(drafts) > MAX_POSITIONS or len(accepted) > len(drafts):
+        return False
+    if len(ttft) != N_BUCKETS or len(itl) != N_BUCKETS or energy.keys() != _ENERGY:
+        return False
+    ints = [s[k] for k in _FIXED]
+    ints += accepted
+    ints += drafts
+    ints += ttft
+    ints += itl
+    steps = list(batch.values())
+    ints += steps
+    if set(map(type, ints)) != _INT or min(ints) < 0 or (steps and min(steps) <= 0):
+        return False
+    if not all(map(_le, accepted, drafts)):
+        return False
+    floats = [s[k] for k in _FLOATS]
+    floats.append(s["ts"])
+    floats.append(s["interval_s"])
+    floats += energy.values()
+    if set(map(type, floats)) != _FLOAT or not (-_INF < min(floats) and max(floats) < _INF):
+        return False
+    for k in _FLOATS:
+        if s[k] < 0.0:
+            return False
+    if energy["draft"] < 0.0 or energy["verify"] < 0.0 or s["utilization"] > 1.0:
+        return False
+    if not (0.0 < s["interval_s"] <= 3600.0):
         return False
     if s["role"] not in ROLES or s["power_source"] not in POWER_SOURCES:
         return False
     pipeline = s["pipeline"]
-    if pipeline is not None and type(pipeline) is not int:
+    if (pipeline is not None and type(pipeline) is not int) or type(s["simulated"]) is not bool:
         return False
-    if type(s["simulated"]) is not bool:
-        return False
-    ints = [s[k] for k in INT_FIELDS]
-    if set(map(type, ints)) != _INT or min(ints) < 0:
-        return False
-    floats = [s[k] for k in FLOAT_FIELDS]
-    floats.append(s["utilization"])
-    if set(map(type, floats)) != _FLOAT or not (0.0 <= min(floats) and max(floats) < _INF):
-        return False
-    if s["utilization"] > 1.0:
-        return False
-    accepted, drafts = s["num_accepted_tokens_per_pos"], s["num_draft_tokens_per_pos"]
-    if type(accepted) is not list or type(drafts) is not list:
-        return False
-    if not (_ints(accepted, MAX_POSITIONS) and _ints(drafts, MAX_POSITIONS)):
-        return False
-    if len(accepted) > len(drafts) or any(a > d for a, d in zip(accepted, drafts, strict=False)):
-        return False
-    for name in ("ttft_hist", "itl_hist"):
-        hist = s[name]
-        if type(hist) is not list or len(hist) != N_BUCKETS or not _ints(hist, N_BUCKETS):
+    for size in batch:
+        if type(size) is not str or not (size.isascii() and size.isdigit()) or size[0] == "0":
             return False
-    batch = s["verify_batch_hist"]
-    if type(batch) is not dict:
-        return False
-    for size, steps in batch.items():
-        if type(steps) is not int or steps <= 0 or type(size) is not str or not size.isdigit():
+        if int(size) > MAX_BATCH:
             return False
-        if str(int(size)) != size or not (1 <= int(size) <= MAX_BATCH):
-            return False
-    energy = s["energy_j"]
-    if type(energy) is not dict or energy.keys() != {"draft", "verify"}:
-        return False
-    joules = list(energy.values())
-    return set(map(type, joules)) == _FLOAT and 0.0 <= min(joules) and max(joules) < _INF
+    return True
 
 
 def load(body: bytes | str) -> dict:
