@@ -338,12 +338,15 @@ class Aggregation:
         refresh = set(order[start : start + per_tick])
         self._snapshot_cursor = start + per_tick
         out = {}
+        budget = max(per_tick, 100)  # changed ones beyond the slice: spread over ticks
         for nid in order:
             state = self.nodes.get(nid)
             if state is not None:
                 due = state.snap_dirty and now - state.written_at >= SNAPSHOT_MIN_S
-                if not (due or nid in refresh):
-                    continue
+                if nid not in refresh:
+                    if not due or budget <= 0:
+                        continue
+                    budget -= 1
                 state.written_at = now
                 state.snap_dirty = False
             elif nid not in refresh:

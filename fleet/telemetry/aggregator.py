@@ -313,24 +313,34 @@ class Aggregator(Aggregation):
             pipe.hset(key, field, partials.encode_rollup(span, groups))
             pipe.expire(key, partials.ROLLUP_TTL_S)
         await pipe.execute()
-        if rows:
-            await sync_to_async(write_rollups)(rows)  # before acking: no lost rollups
-        if boundary_ms is not None:
-            await self._ack(r, boundary_ms)
+        acks = self._acks(boundary_ms) if boundary_ms is not None else {}
+        _spawn(background, self._write_then_ack(r, rows, acks, boundary_ms))
         if self.leading:
             await self._write_scopes(r, now, background)
 
-    async def _ack(self, r, boundary_ms: int) -> None:
-        pipe = r.pipeline(transaction=False)
+    def _acks(self, boundary_ms: int) -> dict[int, list]:
+        """The entries the closed buckets cover, per shard (taken off `unacked`)."""
+        out = {}
         for shard, ids in self.unacked.items():
-            done = [i for i in ids if _entry_time(i) * 1000 < boundary_ms]
-            if done:
-                pipe.xack(STREAMS[shard], shards.GROUP, *done)
-                self.unacked[shard] = (
-                    ids[len(done) :]
-                    if len(done) == len(ids)
-                    else [i for i in ids if _entry_time(i) * 1000 >= boundary_ms]
-                )
+            keep = [i for i in ids if _entry_time(i) * 1000 >= boundary_ms]
+            if len(keep) < len(ids):
+                out[shard] = [i for i in ids if _entry_time(i) * 1000 < boundary_ms]
+            self.unacked[shard] = keep
+        return out
+
+    async def _write_then_ack(self, r, rows: list, acks: dict, boundary_ms: int | None):
+        """In the background (a slow database never stalls a tick): the node rollups, THEN
+        the acknowledgement of the entries they cover (a failed write leaves them pending,
+        to be replayed by whoever takes the shard next) and the trim."""
+        if rows:
+            await sync_to_async(write_rollups)(rows)
+        if boundary_ms is None:
+            return
+        pipe = r.pipeline(transaction=False)
+        for shard, ids in acks.items():
+            if shard in (self.owned or ()):
+                pipe.xack(STREAMS[shard], shards.GROUP, *ids)
+        for shard in self.owned or ():
             pipe.xtrim(STREAMS[shard], minid=f"{boundary_ms - 60_000}-0", approximate=True)
         await pipe.execute()
 
