@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 
 from fleet.telemetry import admission, canonical, payloads
 from fleet.telemetry.accumulators import Acc, derive, estimate_alpha, positions
-from fleet.telemetry.ingest import SHARDS, verify
+from fleet.telemetry.ingest import SHARDS, Verifier
 from fleet.telemetry.merge import Merge, aged, compose_row, remember
 from fleet.telemetry.registry import Registry
 from fleet.telemetry.samples import InvalidSample
@@ -95,6 +95,7 @@ class Aggregation:
         self.tick_work_s = 0.0
         self.tick_work_max_s = 0.0
         self.agg_id = "local"
+        self.verify = Verifier()
         self._long_acc: dict[float, list] = {}  # close_buckets' in-process 5 min sums
 
     @property
@@ -162,10 +163,12 @@ class Aggregation:
     def ingest_entry(self, fields: dict, *, now: float, retry: bool = True) -> bool:
         """One stream entry {node, body, sig}: verify, parse, add. False if dropped."""
         try:
-            node_id = int(_text(fields.get(b"node", fields.get("node"))))
+            node_id = int(fields.get(b"node") or fields["node"])
             body = fields.get(b"body", fields.get("body"))
-            signature = _text(fields.get(b"sig", fields.get("sig")))
-        except (TypeError, ValueError):
+            signature = fields.get(b"sig") or fields["sig"]
+            if not isinstance(signature, bytes | str):
+                raise TypeError("sig")
+        except (TypeError, ValueError, KeyError):
             self.dropped["malformed"] += 1
             return False
         if node_id not in self.registry.nodes:
@@ -174,7 +177,7 @@ class Aggregation:
             else:
                 self.dropped["unknown_node"] += 1
             return False
-        if body is None or not verify(body, signature, self.registry.keys.get(node_id, ())):
+        if body is None or not self.verify(body, signature, self.registry.keys.get(node_id, ())):
             self.dropped["bad_signature"] += 1
             return False
         try:
@@ -338,11 +341,16 @@ class Aggregation:
         refresh = set(order[start : start + per_tick])
         self._snapshot_cursor = start + per_tick
         out = {}
-        budget = max(per_tick, 100)  # changed ones beyond the slice: spread over ticks
+        # Beyond the slice: nodes with new facts (a state change), and in a small fleet those
+        # whose figures changed; a few hundred a tick at most (a big fleet has its slice).
+        budget = 200
+        small = per_tick < 100
         for nid in order:
             state = self.nodes.get(nid)
             if state is not None:
-                due = state.snap_dirty and now - state.written_at >= SNAPSHOT_MIN_S
+                due = state.written_at == -math.inf or (
+                    small and state.snap_dirty and now - state.written_at >= SNAPSHOT_MIN_S
+                )
                 if nid not in refresh:
                     if not due or budget <= 0:
                         continue
@@ -564,14 +572,6 @@ def _acceptance(acc: Acc) -> dict:
         "mean_acceptance_length": round(1 + acc.accepted / drafts, 4) if drafts > 0 else None,
         "tokens_per_s": round(acc.gen_tokens / span, 2) if span else None,
     }
-
-
-def _text(value) -> str:
-    if isinstance(value, bytes):
-        return value.decode()
-    if value is None:
-        raise ValueError("missing")
-    return str(value)
 
 
 def _totals(state: NodeLive, *open_accs: Acc) -> dict:

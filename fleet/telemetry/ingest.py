@@ -67,6 +67,31 @@ def verify(body: bytes | str, signature: str, keys: Iterable[str]) -> bool:
     return any(hmac.compare_digest(sign(body, key), signature) for key in keys)
 
 
+class Verifier:
+    """`verify` for a long-running reader: each key's HMAC state is computed once and
+    copied per sample (a third of the cost of `hmac.new` every time)."""
+
+    def __init__(self) -> None:
+        self._macs: dict[str, object] = {}
+
+    def __call__(self, body: bytes | str, signature: bytes | str, keys: Iterable[str]) -> bool:
+        if isinstance(body, str):
+            body = body.encode()
+        if isinstance(signature, str):
+            signature = signature.encode()
+        for key in keys:
+            mac = self._macs.get(key)
+            if mac is None:
+                if len(self._macs) > 200_000:  # rotated keys pile up: start over
+                    self._macs.clear()
+                mac = self._macs[key] = hmac.new(key.encode(), digestmod=hashlib.sha256)
+            signer = mac.copy()  # type: ignore[attr-defined]
+            signer.update(body)
+            if hmac.compare_digest(signer.hexdigest().encode(), signature):
+                return True
+        return False
+
+
 def encode(node_id: int, sample: dict, *, key: str) -> dict[str, str]:
     """The stream entry for one sample: node id, canonical JSON body, signature."""
     body = json.dumps(normalize(sample), separators=(",", ":"), sort_keys=True)
