@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 
 from fleet.telemetry import admission, canonical, payloads
 from fleet.telemetry.accumulators import Acc, derive, estimate_alpha, positions
-from fleet.telemetry.ingest import SHARDS, Verifier
+from fleet.telemetry.ingest import SHARDS, Verifier, unpack
 from fleet.telemetry.merge import Merge, aged, compose_row, remember
 from fleet.telemetry.registry import Registry
 from fleet.telemetry.samples import InvalidSample
@@ -163,12 +163,11 @@ class Aggregation:
     def ingest_entry(self, fields: dict, *, now: float, retry: bool = True) -> bool:
         """One stream entry {node, body, sig}: verify, parse, add. False if dropped."""
         try:
-            node_id = int(fields.get(b"node") or fields["node"])
-            body = fields.get(b"body", fields.get("body"))
-            signature = fields.get(b"sig") or fields["sig"]
+            entry = unpack(fields)
+            node_id, body, signature = int(entry["node"]), entry["body"], entry["sig"]
             if not isinstance(signature, bytes | str):
                 raise TypeError("sig")
-        except (TypeError, ValueError, KeyError):
+        except (TypeError, ValueError, KeyError, AttributeError):
             self.dropped["malformed"] += 1
             return False
         if node_id not in self.registry.nodes:

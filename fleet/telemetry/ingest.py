@@ -93,9 +93,32 @@ class Verifier:
 
 
 def encode(node_id: int, sample: dict, *, key: str) -> dict[str, str]:
-    """The stream entry for one sample: node id, canonical JSON body, signature."""
+    """One signed sample: node id, canonical JSON body, signature (`pack` puts it on the
+    stream)."""
     body = json.dumps(normalize(sample), separators=(",", ":"), sort_keys=True)
     return {"node": str(int(node_id)), "body": body, "sig": sign(body, key)}
+
+
+def pack(entry: dict[str, str]) -> dict[str, str]:
+    """The stream fields of a signed sample: ONE field, "e" = "<node> <sig> <body>". A
+    reader's Redis client parses a third of the bulk strings of the three-field form (the
+    aggregator spends ~15 us an entry on parsing alone without hiredis). `unpack` reads both."""
+    return {"e": f"{entry['node']} {entry['sig']} {entry['body']}"}
+
+
+def unpack(fields: dict) -> dict:
+    """{"node", "sig", "body"} of a stream entry, packed or in the three-field form (bytes
+    or str, as the client gave them). Raises ValueError / KeyError / TypeError if malformed."""
+    packed = fields.get(b"e", fields.get("e"))
+    if packed is None:
+        return {
+            "node": fields.get(b"node", fields.get("node")),
+            "sig": fields.get(b"sig", fields.get("sig")),
+            "body": fields.get(b"body", fields.get("body")),
+        }
+    sep = b" " if isinstance(packed, bytes) else " "
+    node, sig, body = packed.split(sep, 2)
+    return {"node": node, "sig": sig, "body": body}
 
 
 def _key(node_id: int, token: str | None, key: str | None) -> str:
@@ -114,7 +137,7 @@ def publish_sample(
 ) -> str:
     """Validate, sign and XADD one sample; returns the stream entry id.
     Raises `fleet.telemetry.samples.InvalidSample` for a malformed sample."""
-    entry = encode(node_id, sample, key=_key(node_id, token, key))
+    entry = pack(encode(node_id, sample, key=_key(node_id, token, key)))
     r = redis or client()
     entry_id = r.xadd(stream_of(node_id), entry, maxlen=STREAM_MAXLEN, approximate=True)
     return entry_id.decode() if isinstance(entry_id, bytes) else entry_id
@@ -128,7 +151,7 @@ def publish_many(
     pipe = r.pipeline(transaction=False)
     count = 0
     for node_id, sample, key in items:
-        entry = encode(node_id, sample, key=key)
+        entry = pack(encode(node_id, sample, key=key))
         pipe.xadd(STREAMS[node_id % SHARDS], entry, maxlen=STREAM_MAXLEN, approximate=True)
         count += 1
     pipe.execute()
@@ -138,8 +161,8 @@ def publish_many(
 def publish_encoded(
     entries: Iterable[tuple[int, dict]], *, redis: redis_lib.Redis | None = None
 ) -> int:
-    """XADD already signed entries (`encode()`'s dicts, or the simulator's templated ones)
-    in one round trip: (node_id, entry) pairs."""
+    """XADD already signed and packed entries (`pack(encode(...))`, or the simulator's
+    templated ones) in one round trip: (node_id, entry) pairs."""
     r = redis or client()
     pipe = r.pipeline(transaction=False)
     count = 0

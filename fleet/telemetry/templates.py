@@ -4,8 +4,8 @@
 simulated fleet sends the same few shapes of sample over and over, only the time moving, so
 `Templates` validates and serialises a shape ONCE, with a placeholder for `ts`; each sample is
 then two string joins, an HMAC from the node's precomputed key state and an XADD in a
-pipeline (`ingest.publish_encoded`). The entries are exactly what `encode()` gives for the
-same sample (tests/telemetry/test_templates.py): the aggregator verifies them the same way.
+pipeline (`ingest.publish_encoded`). The entries are exactly `pack(encode())` of the same
+sample (tests/telemetry/test_templates.py): the aggregator verifies them the same way.
 """
 
 from __future__ import annotations
@@ -44,4 +44,4 @@ class Templates:
             mac = self._macs[(node_id, key)] = hmac.new(key.encode(), digestmod=hashlib.sha256)
         signer = mac.copy()  # type: ignore[attr-defined]
         signer.update(body.encode())
-        return {"node": str(node_id), "body": body, "sig": signer.hexdigest()}
+        return {"e": f"{node_id} {signer.hexdigest()} {body}"}

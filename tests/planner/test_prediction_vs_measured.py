@@ -29,7 +29,7 @@ from fleet.planner import services
 from fleet.planner.model import predict
 from fleet.telemetry import rollups
 from fleet.telemetry.aggregation import Aggregation
-from fleet.telemetry.ingest import STREAMS, client
+from fleet.telemetry.ingest import STREAMS, client, unpack
 from fleet.telemetry.registry import load_registry
 
 pytestmark = [
@@ -89,7 +89,7 @@ class StreamAggregator(threading.Thread):
             for stream, entries in streams:
                 for entry_id, fields in entries:
                     self.cursors[stream.decode()] = entry_id
-                    if int(fields[b"node"]) in self.node_ids:
+                    if int(unpack(fields)["node"]) in self.node_ids:
                         self.agg.ingest_entry(fields, now=time.time())
             self.rows += self.agg.close_buckets(time.time())
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings as django_settings
 
-from fleet.telemetry.ingest import SHARDS, client, publish_many, stream_of
+from fleet.telemetry.ingest import SHARDS, client, publish_many, stream_of, unpack
 from fleet.telemetry.models import Rollup
 from fleet.telemetry.shards import LEASE_PREFIX
 from tests.telemetry import factories as f
@@ -125,7 +125,7 @@ def test_a_killed_aggregators_shards_are_taken_over_with_no_lost_rollups(setting
             published = sum(
                 1
                 for _, fields in r.xrange(stream_of(nid), min=lo, max=hi)
-                if int(fields[b"node"]) == nid
+                if int(unpack(fields)["node"]) == nid
             )
             assert published >= 15
             assert nid in rows, f"node {nid} has no rollup for the bucket of the kill"

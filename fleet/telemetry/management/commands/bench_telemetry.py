@@ -82,11 +82,19 @@ class Command(BaseCommand):
             help="measure what 1 and 2 aggregators absorb when offered more than they can",
         )
         parser.add_argument("--backlog-per-node", type=int, default=6, help="with --scale-out")
+        parser.add_argument(
+            "--sockets",
+            default="fleet,wall",
+            help="browser sockets to measure: fleet (the fleet page), wall, or both",
+        )
         parser.add_argument("--json", dest="json_path", default=None)
         parser.add_argument("--keep", action="store_true", help="keep the bench rows")
 
     def handle(self, *args, nodes: int, seconds: float, pipelines: int, json_path, keep, **opts):
         aggregators, scale_out = opts["aggregators"], opts["scale_out"]
+        sockets = tuple(x.strip() for x in opts["sockets"].split(",") if x.strip())
+        if not sockets or set(sockets) - {"fleet", "wall"}:
+            raise CommandError("--sockets: fleet, wall or fleet,wall")
         if nodes < 1 or seconds <= WARMUP_S:
             raise CommandError(f"--nodes >= 1 and --seconds > {WARMUP_S} please")
         if not 1 <= aggregators <= SHARDS:
@@ -102,7 +110,7 @@ class Command(BaseCommand):
             if scale_out:
                 report = self._scale_out(world, env, opts["backlog_per_node"])
             else:
-                report = self._live(world, env, seconds, aggregators)
+                report = self._live(world, env, seconds, aggregators, sockets)
         finally:
             if world is not None and not keep:
                 self._delete(world)
@@ -119,7 +127,7 @@ class Command(BaseCommand):
             Path(json_path).write_text(json.dumps(report, indent=2) + "\n")
             self.stdout.write(f"written {json_path}")
 
-    def _live(self, world: dict, env: dict, seconds: float, aggregators: int) -> dict:
+    def _live(self, world: dict, env: dict, seconds: float, aggregators: int, sockets) -> dict:
         procs: list[subprocess.Popen] = []
         try:
             aggs = [_aggregator(env) for _ in range(aggregators)]
@@ -148,7 +156,7 @@ class Command(BaseCommand):
             )
             publisher.start()
             t0 = time.monotonic()
-            result = asyncio.run(_measure(port, world, seconds))
+            result = asyncio.run(_measure(port, world, seconds, sockets))
             elapsed = time.monotonic() - t0
             stop.set()
             publisher.join(timeout=5)
@@ -160,6 +168,7 @@ class Command(BaseCommand):
         return {
             "seconds": seconds,
             "aggregators": aggregators,
+            "sockets": list(sockets),
             **result,
             # cores: CPU seconds per second of the run
             "aggregator_cpu": round(sum(cores[a.pid] for a in aggs), 3),
@@ -348,7 +357,7 @@ def _meta() -> dict:
     return read_fields("meta")[0] or {}
 
 
-async def _measure(port: int, world: dict, seconds: float) -> dict:
+async def _measure(port: int, world: dict, seconds: float, sockets: tuple) -> dict:
     import websockets
 
     from fleet.accounts.wall_links import wall_protocols
@@ -373,6 +382,9 @@ async def _measure(port: int, world: dict, seconds: float) -> dict:
                     raw = await asyncio.wait_for(ws.recv(), timeout=remaining)
                 except TimeoutError:
                     return
+                except websockets.ConnectionClosed as exc:  # e.g. a message over the limit
+                    stats[name]["error"] = f"socket closed: {exc}"
+                    return
                 received = time.time()
                 message = json.loads(raw)
                 if message.get("type") != "fleet.update" or received - started < WARMUP_S:
@@ -383,16 +395,22 @@ async def _measure(port: int, world: dict, seconds: float) -> dict:
                 if message.get("newest_ts"):
                     s["lags"].append(received - message["newest_ts"])
 
-    await asyncio.gather(
-        reader(
-            "fleet",
-            f"{base}/ws/live/",
-            {"Cookie": world["cookie"]},
-            {"action": "subscribe", "topic": "fleet"},
-        ),
+    readers = []
+    if "fleet" in sockets:
+        readers.append(
+            reader(
+                "fleet",
+                f"{base}/ws/live/",
+                {"Cookie": world["cookie"]},
+                {"action": "subscribe", "topic": "fleet"},
+            )
+        )
+    if "wall" in sockets:
         # as a screen sends its wall token: a subprotocol, never in the (logged) URL
-        reader("wall", f"{base}/ws/wall/", {}, None, wall_protocols(world["wall_token"])),
-    )
+        readers.append(
+            reader("wall", f"{base}/ws/wall/", {}, None, wall_protocols(world["wall_token"]))
+        )
+    await asyncio.gather(*readers)
     window = seconds - WARMUP_S
     fleet, wall = stats["fleet"], stats["wall"]
 
@@ -407,6 +425,9 @@ async def _measure(port: int, world: dict, seconds: float) -> dict:
         "messages_per_s_to_browser": round(fleet["n"] / window, 2),
         "bytes_per_s_to_browser": round(fleet["bytes"] / window),
         "fleet_messages": fleet["n"],
+        "fleet_socket_error": fleet.get("error"),
+        "wall_lag_p50_s": r(_percentile(wall["lags"], 0.5)),
         "wall_lag_p99_s": r(_percentile(wall["lags"], 0.99)),
+        "wall_socket_error": wall.get("error"),
         "wall_messages_per_s": round(wall["n"] / window, 2),
     }
