@@ -36,6 +36,7 @@ ROLLUP_S = 10
 ROLLUP_LONG_S = 300
 PENDING_MAX = 20_000
 SNAPSHOT_FULL_S = 10.0  # every node's snapshot field is rewritten at least this often
+SNAPSHOT_SLICE_MAX = 150  # ... unless that is more than this many a tick (then less often)
 SNAPSHOT_MIN_S = 10.0  # and a changed one at most this often (the node page has its socket)
 FULL_ROWS_S = 5.0  # every node's figure row goes to the merge at least this often
 
@@ -336,14 +337,15 @@ class Aggregation:
         reg = self.registry
         order = [nid for nid in reg.nodes if self.owns(nid)]
         per_tick = -(-len(order) // max(1, round(SNAPSHOT_FULL_S / max(self.tick_s, 0.05))))
+        per_tick = min(per_tick, SNAPSHOT_SLICE_MAX)  # 10,000 nodes: each every ~33 s
         start = self._snapshot_cursor % len(order) if order else 0
         refresh = set(order[start : start + per_tick])
         self._snapshot_cursor = start + per_tick
         out = {}
         # Beyond the slice: nodes with new facts (a state change), and in a small fleet those
         # whose figures changed; a few hundred a tick at most (a big fleet has its slice).
-        budget = 200
-        small = per_tick < 100
+        budget = 100
+        small = per_tick < 50
         for nid in order:
             state = self.nodes.get(nid)
             if state is not None:

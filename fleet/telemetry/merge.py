@@ -31,6 +31,10 @@ POWER, SRC, UTIL, BATCH, TPS, ACC, SEEN, LAST_ROLE, LAST_SIM = range(9)
 def compose_row(info: NodeInfo, fig: list | None, now: float) -> payloads.NodeRow:
     """One fleet-table row: the registry's facts about a node and its latest figures."""
     fresh = fig is not None and now - fig[SEEN] <= STALE_AFTER_S
+    return _row(info, fig, fresh, round(now - fig[SEEN], 1) if fig else None)
+
+
+def _row(info: NodeInfo, fig: list | None, fresh: bool, seen_s: float | None) -> dict:
     return {
         "id": info.id,
         "name": info.name,
@@ -45,7 +49,7 @@ def compose_row(info: NodeInfo, fig: list | None, now: float) -> payloads.NodeRo
         "batch": fig[BATCH] if fig else None,
         "tps": fig[TPS] if fig else None,
         "acc": fig[ACC] if fig else None,
-        "seen_s": round(now - fig[SEEN], 1) if fig else None,
+        "seen_s": seen_s,
     }
 
 
@@ -54,6 +58,9 @@ class Merge:
 
     def __init__(self) -> None:
         self.figs: dict[int, list] = {}
+        # node id -> (info, fig, row): the row is rebuilt when either changes (by identity);
+        # a tick only copies it with its age (`seen_s`) and freshness
+        self._rows: dict[int, tuple] = {}
         # shard -> (ts, [(pipeline id | None, simulated, Acc)], reporting [real, simulated])
         self.shards: dict[int, tuple[float, list, list]] = {}
         self.newest_ts: float | None = None
@@ -82,6 +89,7 @@ class Merge:
     def forget(self, node_ids) -> None:
         for nid in node_ids:
             self.figs.pop(nid, None)
+            self._rows.pop(nid, None)
 
     def build(self, now: float, reg: Registry) -> dict:
         """{"fleet", "wall", "pipelines": {id: msg}, "node_rows": {id: row},
@@ -106,9 +114,20 @@ class Merge:
         node_rows: dict[int, payloads.NodeRow] = {}
         states: Counter = Counter()
         simulated = 0
-        figs = self.figs
+        figs, cache = self.figs, self._rows
+        stale_before = now - STALE_AFTER_S
         for nid, info in reg.nodes.items():
-            row = compose_row(info, figs.get(nid), now)
+            fig = figs.get(nid)
+            cached = cache.get(nid)
+            if cached is None or cached[0] is not info or cached[1] is not fig:
+                cached = cache[nid] = (info, fig, _row(info, fig, True, None))
+            if fig is None:
+                row = cached[2].copy()
+            else:
+                seen = fig[SEEN]
+                row = {**cached[2], "seen_s": round(now - seen, 1)}
+                if seen < stale_before:
+                    row["src"] = None
             rows.append(row)
             node_rows[nid] = row
             states[info.state] += 1
