@@ -58,7 +58,6 @@ KEYS = frozenset(
         "energy_j",
     }
 )
-_INF = math.inf
 _INT = {int}
 _FLOAT = {float}
 _ENERGY = {"draft", "verify"}
@@ -99,8 +98,8 @@ def is_canonical(s: dict) -> bool:
     floats.append(s["ts"])
     floats.append(s["interval_s"])
     floats += energy.values()
-    if set(map(type, floats)) != _FLOAT or not (-_INF < min(floats) and max(floats) < _INF):
-        return False
+    if set(map(type, floats)) != _FLOAT or not all(map(math.isfinite, floats)):
+        return False  # (min/max would not see a NaN)
     for k in _FLOATS:
         if s[k] < 0.0:
             return False
