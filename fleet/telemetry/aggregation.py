@@ -478,10 +478,10 @@ class Aggregation:
             rows.append(_rollup("node", nid, resolution, when, derive(acc, span)))
             info = reg.nodes.get(nid)
             pid = info.pipeline_id if info else None
-            shard = by_shard.setdefault(nid % SHARDS, {})
-            if pid not in shard:
-                shard[pid] = Acc()
-            shard[pid].add(acc)
+            sums_of = by_shard.setdefault(nid % SHARDS, {})
+            if pid not in sums_of:
+                sums_of[pid] = Acc()
+            sums_of[pid].add(acc)
         long_start = math.floor(start / ROLLUP_LONG_S) * ROLLUP_LONG_S
         for shard, groups in by_shard.items():
             sums.append((resolution, start, str(shard), span, groups))
@@ -495,8 +495,9 @@ class Aggregation:
         ten = [(start, span, groups) for res, start, _, span, groups in sums if res == ROLLUP_S]
         for start, span, groups in _by_start(ten):
             rows += scope_rollups(ROLLUP_S, start, span, groups)
-            long_start = math.floor(start / ROLLUP_LONG_S) * ROLLUP_LONG_S
-            self._long_acc.setdefault(long_start, []).extend(groups)
+            self._long_acc.setdefault(math.floor(start / ROLLUP_LONG_S) * ROLLUP_LONG_S, []).extend(
+                groups
+            )
         for long_start in [s for s in self._long_acc if s + ROLLUP_LONG_S <= now]:
             merged: dict = {}
             for groups in self._long_acc.pop(long_start):

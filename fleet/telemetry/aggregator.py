@@ -59,7 +59,7 @@ class Aggregator(Aggregation):
     """The core in its loop: owns shards, reports partials; the leader merges and sends."""
 
     def __init__(self, *, tick_s: float = 0.5, clock=time.time, registry: Registry | None = None):
-        self._retired = set()
+        self._retired: set[int] = set()  # left the registry since the last tick: fields go
         super().__init__(tick_s=tick_s, clock=clock, registry=registry)
         self.leader_id = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.agg_id = self.leader_id
@@ -70,7 +70,6 @@ class Aggregator(Aggregation):
         self._notices_id: bytes | str = "$"
         self._scopes_done: set[tuple[int, float]] = set()
         self._written_fields: set[str] = set()
-        self._retired: set[int] = set()  # left the registry since the last tick: fields go
         self.requeued: set[int] = set()  # noticed changes waiting for the running reload
 
     # --- the loop -------------------------------------------------------------------------------

@@ -134,8 +134,9 @@ def hold_leases(seconds: float) -> None:
     until_ms = int((time.time() + seconds) * 1000)
     for i in range(SHARDS):
         r.pexpire(f"{LEASE_PREFIX}{i}", int(seconds * 1000))
-    for member in r.zrange(MEMBERS_KEY, 0, -1):
-        r.zadd(MEMBERS_KEY, {member: until_ms})
+    members: list = r.zrange(MEMBERS_KEY, 0, -1)
+    if members:
+        r.zadd(MEMBERS_KEY, dict.fromkeys(members, until_ms))
 
 
 def absorb_rate(pids: list[int], nodes: list, per_node: int, read_samples) -> dict:

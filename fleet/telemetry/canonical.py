@@ -31,12 +31,14 @@ from fleet.telemetry.samples import (
 )
 
 try:  # pragma: no cover - which parser depends on the environment
-    import ujson as _fast_json
-
-    def _parse(body):
-        return _fast_json.loads(body)
+    from ujson import loads as _loads
 except ImportError:  # pragma: no cover
-    _parse = json.loads
+    _loads = None  # type: ignore[assignment]
+
+
+def _parse(body: bytes | str):
+    return _loads(body) if _loads is not None else json.loads(body)
+
 
 KEYS = frozenset(
     {

@@ -34,7 +34,7 @@ def compose_row(info: NodeInfo, fig: list | None, now: float) -> payloads.NodeRo
     return _row(info, fig, fresh, round(now - fig[SEEN], 1) if fig else None)
 
 
-def _row(info: NodeInfo, fig: list | None, fresh: bool, seen_s: float | None) -> dict:
+def _row(info: NodeInfo, fig: list | None, fresh: bool, seen_s: float | None) -> payloads.NodeRow:
     return {
         "id": info.id,
         "name": info.name,
@@ -208,7 +208,7 @@ class Merge:
         snapshot = {"fleet": json.dumps(wall)}
         for pid, msg in pipeline_msgs.items():
             snapshot[f"p:{pid}"] = json.dumps(msg)
-        samples, dropped = 0, Counter()
+        samples, dropped = 0, Counter[str]()
         for aid, c in list(self.counters.items()):
             if now - c["ts"] > 60.0:
                 del self.counters[aid]

@@ -80,7 +80,7 @@ class StreamAggregator(threading.Thread):
         self.rows: list[dict] = []
         self.stop = threading.Event()
         start = f"{int(time.time() * 1000)}-0"
-        self.cursors = dict.fromkeys(STREAMS, start)
+        self.cursors: Any = dict.fromkeys(STREAMS, start)
 
     def run(self) -> None:
         r = client()

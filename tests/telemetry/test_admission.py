@@ -31,7 +31,7 @@ def verifier():
 def _drain(agg: Aggregator, after: str, *, now: float) -> str:
     """Ingest every stream entry after `after`, as the aggregator's loop does; the last id.
     (The tests' node ids are few: entries of every shard stream, in id order.)"""
-    entries = [e for stream in STREAMS for e in client().xrange(stream, min=f"({after}")]
+    entries: list = [e for s in STREAMS for e in client().xrange(s, min=f"({after}")]  # type: ignore[union-attr]
     for entry_id, fields in sorted(entries, key=lambda e: tuple(map(int, e[0].split(b"-")))):
         agg.ingest_entry(fields, now=now)
         after = entry_id.decode()

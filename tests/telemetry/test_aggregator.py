@@ -38,7 +38,7 @@ def test_publish_sample_puts_a_signed_entry_on_the_stream(fleet_setup):
     v, token = fleet_setup["v"]
     entry_id = publish_sample(v.id, f.verify_sample(ts=1000.0), token=token)
     [(got_id, fields)] = client().xrange(stream_of(v.id), min=entry_id, max=entry_id)
-    entry = unpack(fields)
+    entry = unpack(fields)  # type: ignore[arg-type]
     assert entry["node"] == str(v.id).encode()
     body = json.loads(entry["body"])
     assert body["num_accepted_tokens"] == 24 and len(entry["sig"]) == 64

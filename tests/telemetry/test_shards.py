@@ -27,7 +27,7 @@ PERIOD_S = 0.5
 
 def _owners() -> dict[int, str | None]:
     r = client()
-    values = r.mget([f"{LEASE_PREFIX}{i}" for i in range(SHARDS)])
+    values: list = r.mget([f"{LEASE_PREFIX}{i}" for i in range(SHARDS)])
     return {i: (v.decode() if v else None) for i, v in enumerate(values)}
 
 
@@ -122,11 +122,8 @@ def test_a_killed_aggregators_shards_are_taken_over_with_no_lost_rollups(setting
         r = client()
         lo, hi = int(killed_bucket * 1000), int((killed_bucket + 10) * 1000) - 1
         for nid, _ in nodes:
-            published = sum(
-                1
-                for _, fields in r.xrange(stream_of(nid), min=lo, max=hi)
-                if int(unpack(fields)["node"]) == nid
-            )
+            entries: list = r.xrange(stream_of(nid), min=lo, max=hi)  # type: ignore[assignment]
+            published = sum(1 for _, fields in entries if int(unpack(fields)["node"]) == nid)
             assert published >= 15
             assert nid in rows, f"node {nid} has no rollup for the bucket of the kill"
             # every sample of the bucket counted once: 34 tokens each over the 10 s bucket

@@ -364,7 +364,10 @@ async def _measure(port: int, world: dict, seconds: float, sockets: tuple) -> di
 
     origin = f"http://127.0.0.1:{port}"
     base = f"ws://127.0.0.1:{port}"
-    stats = {"fleet": {"lags": [], "n": 0, "bytes": 0}, "wall": {"lags": [], "n": 0, "bytes": 0}}
+    stats: dict[str, dict] = {
+        "fleet": {"lags": [], "n": 0, "bytes": 0},
+        "wall": {"lags": [], "n": 0, "bytes": 0},
+    }
     started = time.time()
     deadline = started + seconds
 
