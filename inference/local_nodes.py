@@ -18,6 +18,7 @@ from fleet.datadir import private_dir, write_private
 from fleet.nodes.models import HardwareProfile, Node
 from fleet.nodes.services import node_register, node_token_rotate
 from fleet.pipelines.models import Pipeline, Placement
+from fleet.pipelines.services import pipeline_create
 from inference.worker.local import PIPELINES, credentials_path, node_name
 
 ROLES = ("verify", "draft")
@@ -47,15 +48,20 @@ def local_node_ensure(*, pipeline: str, role: str) -> tuple[int, str]:
     """The node of `role` in local pipeline `pipeline` (rows created if missing) and a fresh
     token for it: (node id, plain token)."""
     spec = PIPELINES[pipeline]
-    row, _ = Pipeline.objects.get_or_create(
-        name=spec.name,
-        defaults=dict(
+    row = Pipeline.objects.filter(name=spec.name).first()
+    if row is None:  # made as the API makes one: revision 1 and a "create" audit event
+        row = pipeline_create(
+            actor="local",
+            reason="this machine's local pipeline (manage.py local_nodes)",
+            # written in code, not a caller's input: the models directory may hold them as
+            # links (or not yet: the workers prepare them while the pipeline shows)
+            check_model_refs=False,
+            name=spec.name,
             target_model=spec.target_model,
             draft_model=spec.draft_model,
             drafter_kind=spec.drafter_kind,
             description=spec.description,
-        ),
-    )
+        )
     name = node_name(spec.name, role)
     node = Node.objects.filter(name=name).first()
     if node is None:

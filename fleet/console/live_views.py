@@ -38,13 +38,15 @@ DEFAULT_RANGE = "1h"  # the charts' time range when a page opens
 @login_required
 def fleet_page(request):
     require(request, "view")
-    context = selectors.fleet_context()
-    context["filters"] = {
+    filters = {
         "state": request.GET.get("state", ""),
         "role": request.GET.get("role", ""),
         "pipeline": request.GET.get("pipeline", ""),
+        "sim": request.GET.get("sim", ""),
         "q": request.GET.get("q", "")[:60],
     }
+    context = selectors.fleet_context({k: v for k, v in filters.items() if v})
+    context["filters"] = filters
     context["states"] = NodeState.values
     return render(request, "console/fleet.html", context)
 
@@ -101,7 +103,8 @@ def _wall_data(token: str = "") -> dict:
     live = snapshot.read_fleet()
     return {
         "live": live,
-        "fleet_series": rollups.series("fleet", 0, minutes=30),
+        # real nodes drawn, simulated ones apart under "simulated_*" (never mixed in a line)
+        "fleet_series": rollups.fleet_series(minutes=30),
         "pipeline_series": {
             str(p.pk): rollups.series("pipeline", p.pk, minutes=30)
             for p in Pipeline.objects.only("id")[:24]

@@ -78,3 +78,33 @@ def changes(before: dict, after: dict) -> list[Change]:
         )
         for f in fields
     ]
+
+
+# --- one short line per change: the chart markers' hover text -------------------------------
+
+
+def describe_change(action: str, before: dict, after: dict) -> str:
+    """`k 4 → 2`, `max_verify_batch 16 → 32`: what a change did, in one short line."""
+    parts = []
+    for key in list(after)[:4]:
+        old, new = (before or {}).get(key), after.get(key)
+        if key == "k_policy":
+            parts.append(f"k {_k_text(old)} → {_k_text(new)}")
+        elif isinstance(new, (dict, list)) or isinstance(old, (dict, list)):
+            parts.append(f"{key} changed")
+        else:
+            parts.append(f"{key} {_short(old)} → {_short(new)}")
+    return "; ".join(parts) or action.replace("_", " ")
+
+
+def _k_text(policy) -> str:
+    if not isinstance(policy, dict):
+        return "—"
+    if policy.get("mode") == "fixed":
+        return str(policy.get("k"))
+    return str(policy.get("mode", "—"))
+
+
+def _short(value) -> str:
+    shown = "—" if value is None else str(value)
+    return shown if len(shown) <= 40 else shown[:39] + "…"

@@ -7,14 +7,18 @@ after, why), and push the committed configuration to the running workers after c
 
 from __future__ import annotations
 
+import logging
 from functools import partial
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from fleet.nodes.models import Node
+from fleet.pipelines import signals
 from fleet.pipelines.models import AuditEvent, Pipeline, PipelineRevision, Placement
 from fleet.pipelines.rules import StaleVersion
+
+logger = logging.getLogger(__name__)
 
 # --- push to workers ---------------------------------------------------------------------------
 
@@ -36,6 +40,12 @@ def _push(pipeline_id: int) -> None:
 def push_after_commit(*pipeline_ids: int) -> None:
     for pid in dict.fromkeys(pipeline_ids):
         transaction.on_commit(partial(_push, pid))
+
+
+def _committed(event: AuditEvent) -> None:
+    for receiver, result in signals.change_committed.send_robust(sender=AuditEvent, event=event):
+        if isinstance(result, Exception):
+            logger.warning("change_committed receiver %r failed: %r", receiver, result)
 
 
 def actor_of(actor) -> tuple[object | None, str]:
@@ -99,7 +109,7 @@ def bump(pipeline: Pipeline, update_fields: list[str] | None = None) -> None:
 
 def audit(*, actor, action: str, pipeline=None, node=None, before=None, after=None, reason=""):
     user, label = actor_of(actor)
-    return AuditEvent.objects.create(
+    event = AuditEvent.objects.create(
         actor=user,
         actor_label=label,
         action=action,
@@ -109,6 +119,9 @@ def audit(*, actor, action: str, pipeline=None, node=None, before=None, after=No
         after=after or {},
         reason=reason or "",
     )
+    if pipeline is not None or node is not None:
+        transaction.on_commit(partial(_committed, event))  # its marker, on the open pages
+    return event
 
 
 def changed(before: dict, after: dict) -> tuple[dict, dict]:

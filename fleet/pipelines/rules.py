@@ -112,8 +112,12 @@ def check_placeable(node: Node, role: str, *, force: bool) -> None:
         raise ActionRefused(f"{node.name} is lost; pass force to place it anyway.")
 
 
-def validate_config(config: dict, *, current: Pipeline | None = None) -> dict:
-    """Normalize and check configuration fields; raises ValidationError with field errors."""
+def validate_config(
+    config: dict, *, current: Pipeline | None = None, check_model_refs: bool = True
+) -> dict:
+    """Normalize and check configuration fields; raises ValidationError with field errors.
+    `check_model_refs=False` only for references written in code (this machine's local
+    pipelines), never for a caller's input: they may be links the models directory holds."""
     errors: dict[str, str] = {}
     out = dict(config)
     if "k_policy" in out:
@@ -148,7 +152,7 @@ def validate_config(config: dict, *, current: Pipeline | None = None) -> dict:
     if "target_model" in out and not target:
         errors["target_model"] = "required"
     for field in ("target_model", "draft_model"):
-        if out.get(field) and field not in errors:
+        if check_model_refs and out.get(field) and field not in errors:
             try:
                 model_refs.resolve(out[field])
             except model_refs.UnknownModel as exc:

@@ -51,11 +51,15 @@ EDITABLE_FIELDS = frozenset(CONFIG_FIELDS) | {"description"}
 
 
 @transaction.atomic
-def pipeline_create(*, actor, reason: str = "", **fields) -> Pipeline:
+def pipeline_create(
+    *, actor, reason: str = "", check_model_refs: bool = True, **fields
+) -> Pipeline:
+    """A new pipeline at version 1: its revision 1 and a "create" audit event. Every pipeline
+    is made here (the API, the pages, this machine's local pipelines, the simulator)."""
     unknown = set(fields) - EDITABLE_FIELDS - {"name", "simulated"}
     if unknown:
         raise ValidationError({k: "unknown field" for k in unknown})
-    fields = validate_config(fields)
+    fields = validate_config(fields, check_model_refs=check_model_refs)
     pipeline = Pipeline(**fields)
     pipeline.full_clean()
     pipeline.save()

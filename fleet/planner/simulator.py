@@ -24,9 +24,9 @@ from django.utils import timezone
 
 from fleet.accounts.secrets import new_secret
 from fleet.nodes.models import HardwareProfile, Node, NodeToken
-from fleet.pipelines.models import Pipeline, PipelineRevision, Placement, PlacementRole
+from fleet.pipelines.models import Pipeline, Placement, PlacementRole
 from fleet.pipelines.policy import k_for
-from fleet.pipelines.services import snapshot
+from fleet.pipelines.services import pipeline_create
 from fleet.planner import measurements
 from fleet.planner.model import Hardware, PipelineModel, predict
 
@@ -81,8 +81,10 @@ def setup_fleet(
         created = []
         for i in range(pipelines):
             target, draft = MODELS[i % len(MODELS)]
-            created.append(
-                Pipeline.objects.create(
+            created.append(  # as the API makes one: revision 1 and a "create" audit event
+                pipeline_create(
+                    actor="simulator",
+                    reason="simulated fleet",
                     name=f"{prefix}-{i + 1:02d}",
                     description=f"simulated pipeline, alpha {alphas[i % len(alphas)]}",
                     target_model=target,
@@ -124,8 +126,6 @@ def setup_fleet(
             _, token_prefix, token_hash = new_secret("tdn")
             tokens.append(NodeToken(node=n, prefix=token_prefix, token_hash=token_hash))
         NodeToken.objects.bulk_create(tokens, batch_size=500)
-        for p in created:
-            PipelineRevision.objects.create(pipeline=p, version=p.version, config=snapshot(p))
     return {p.pk: alphas[i % len(alphas)] for i, p in enumerate(created)}
 
 

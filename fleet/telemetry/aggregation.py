@@ -39,6 +39,8 @@ SNAPSHOT_FULL_S = 10.0  # every node's snapshot field is rewritten at least this
 SNAPSHOT_SLICE_MAX = 150  # ... unless that is more than this many a tick (then less often)
 SNAPSHOT_MIN_S = 10.0  # and a changed one at most this often (the node page has its socket)
 FULL_ROWS_S = 5.0  # every node's figure row goes to the merge at least this often
+# The fleet's rollup rows (scope "fleet"): all nodes, the real ones, the simulated ones.
+FLEET_ALL, FLEET_REAL, FLEET_SIMULATED = 0, 1, 2
 
 
 @dataclass
@@ -478,10 +480,13 @@ class Aggregation:
             rows.append(_rollup("node", nid, resolution, when, derive(acc, span)))
             info = reg.nodes.get(nid)
             pid = info.pipeline_id if info else None
+            state = self.nodes.get(nid)
+            last = state.last if state is not None else None
+            sim = bool((info and info.simulated) or (last or {}).get("simulated"))
             sums_of = by_shard.setdefault(nid % SHARDS, {})
-            if pid not in sums_of:
-                sums_of[pid] = Acc()
-            sums_of[pid].add(acc)
+            if (pid, sim) not in sums_of:
+                sums_of[(pid, sim)] = Acc()
+            sums_of[(pid, sim)].add(acc)
         long_start = math.floor(start / ROLLUP_LONG_S) * ROLLUP_LONG_S
         for shard, groups in by_shard.items():
             sums.append((resolution, start, str(shard), span, groups))
@@ -524,21 +529,33 @@ def _add_groups(into: dict, groups: dict) -> None:
 
 
 def scope_rollups(resolution: int, start: float, span: float, shard_groups: list) -> list[dict]:
-    """Pipeline and fleet rollup rows of one bucket from the shards' {pipeline: Acc} sums."""
+    """Pipeline and fleet rollup rows of one bucket from the shards' {(pipeline, simulated):
+    Acc} sums: one row per pipeline; the fleet's for all nodes, the real and the simulated."""
     merged: dict = {}
     for groups in shard_groups:
         _add_groups(merged, groups)
     when = _now_iso(start)
     rows = []
-    fleet = Acc()
-    for pid, acc in merged.items():
+    pipes: dict[int, Acc] = {}
+    by_class = {False: Acc(), True: Acc()}  # real and simulated nodes apart
+    for (pid, sim), acc in merged.items():
         if acc.empty:
             continue
-        fleet.add(acc)
+        by_class[bool(sim)].add(acc)
         if pid is not None:
-            rows.append(_rollup("pipeline", pid, resolution, when, derive(acc, span)))
+            if pid not in pipes:
+                pipes[pid] = Acc()
+            pipes[pid].add(acc)
+    for pid, acc in pipes.items():
+        rows.append(_rollup("pipeline", pid, resolution, when, derive(acc, span)))
+    fleet = by_class[False].copy()
+    fleet.add(by_class[True])
     if not fleet.empty:
-        rows.append(_rollup("fleet", 0, resolution, when, derive(fleet, span)))
+        rows.append(_rollup("fleet", FLEET_ALL, resolution, when, derive(fleet, span)))
+    for simulated, acc in by_class.items():
+        if not acc.empty:
+            scope_id = FLEET_SIMULATED if simulated else FLEET_REAL
+            rows.append(_rollup("fleet", scope_id, resolution, when, derive(acc, span)))
     return rows
 
 

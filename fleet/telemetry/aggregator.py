@@ -33,7 +33,7 @@ import uuid
 from asgiref.sync import sync_to_async
 
 from fleet.redis_clients import REFRESH_LEADER_LOCK
-from fleet.telemetry import notices, partials, payloads, shards
+from fleet.telemetry import feed, notices, partials, payloads, shards
 from fleet.telemetry.aggregation import ROLLUP_LONG_S, ROLLUP_S, Aggregation, scope_rollups
 from fleet.telemetry.ingest import SHARDS, STREAMS
 from fleet.telemetry.registry import Registry, load_nodes, load_registry
@@ -71,6 +71,7 @@ class Aggregator(Aggregation):
         self._scopes_done: set[tuple[int, float]] = set()
         self._written_fields: set[str] = set()
         self.requeued: set[int] = set()  # noticed changes waiting for the running reload
+        self.fleet_feed: object | None = None  # feed.publish's FeedBuilder while leading
 
     # --- the loop -------------------------------------------------------------------------------
     async def run(self, *, redis_url: str, stop: asyncio.Event, layer=None) -> None:
@@ -161,9 +162,12 @@ class Aggregator(Aggregation):
             elif changed:
                 self.requeued |= changed
             await self._rebalance(r)
-            self.leading = bool(
+            leading = bool(
                 await r.eval(REFRESH_LEADER_LOCK, 1, LEADER_KEY, self.leader_id, LEADER_TTL_MS)
             )
+            if not leading:
+                self.fleet_feed = None  # leading again later: a new epoch, clients resync
+            self.leading = leading
             await self._tick(r, layer, now)
             await self._close_due(r, now, background)
             if now >= next_prune:
@@ -256,7 +260,7 @@ class Aggregator(Aggregation):
             pipe.hset(LIVE_KEY, mapping=node_fields)
         if self.leading:
             built = self.merge.build(now, self.registry)
-            sends += publish(layer, built, interested)
+            sends += publish(self, r, layer, built, interested, now)
             snapshot = built["snapshot"]
             snapshot["meta"] = self.meta(now, built["counters"])
             pipe.hset(LIVE_KEY, mapping=snapshot)
@@ -374,11 +378,12 @@ class Aggregator(Aggregation):
             _spawn(background, sync_to_async(write_rollups)(rows))
 
 
-def publish(layer, built: dict, interested: set[str]) -> list:
-    """THE publishing point of a merged tick: one message per websocket group (fleet, wall,
-    the subscribed pipeline-<id> groups). Returns the sends to await."""
+def publish(owner, r, layer, built: dict, interested: set[str], now: float) -> list:
+    """THE publishing point of a merged tick (the leader's): one message per websocket group
+    (the fleet page's deltas, `feed.publish`; the wall; the subscribed pipeline-<id>
+    groups). `owner` keeps the feed's state. Returns the sends to await."""
     sends = [
-        payloads.send(layer, payloads.GROUP_FLEET, built["fleet"]),
+        feed.publish(owner, r, layer, built, now),  # the fleet page's deltas
         payloads.send(layer, payloads.GROUP_WALL, built["wall"]),
     ]
     for pid, msg in built["pipelines"].items():

@@ -7,6 +7,11 @@
             Each subscription is authorised ONCE, here, with the same policy as the REST API
             (`can(user, "view", obj)`); the group then receives the aggregator's batched
             messages (fleet.telemetry.payloads) and nothing is checked per message.
+            The fleet topic is a feed of deltas (fleet.telemetry.deltas): a snapshot first,
+            then one delta per tick. The page then says which rows it shows, and asks for a
+            new snapshot when it lost its place:
+            {"action": "view", "ids": [12, 13, ...]}   (at most MAX_VIEW ids)
+            {"action": "snapshot"}
 `ws/wall/`  the monitoring wall: a signed wall-link token or a logged-in viewer. The token
             comes as a subprotocol (`tandem.wall-token.<token>`, see accounts.wall_links), never
             in the URL, which access logs keep. Read-only: joins the wall group, ignores
@@ -30,13 +35,16 @@ from django.utils import timezone
 from fleet import redis_clients
 from fleet.accounts import live_sessions
 from fleet.accounts.access import can
-from fleet.telemetry import payloads
+from fleet.telemetry import feed, payloads
+from fleet.telemetry.deltas import with_figures
 from fleet.telemetry.snapshot import INTEREST_KEY, LIVE_KEY
 
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
 INTEREST_TTL_S = 300
 MAX_SUBSCRIPTIONS = 50
+MAX_VIEW = 500  # rows whose live figures one socket follows (a screenful is ~40)
+SNAPSHOT_MIN_INTERVAL_S = 1.0  # a client asking again sooner waits for the next one
 
 
 def _redis():
@@ -70,6 +78,9 @@ def _session_alive(session_key, user_pk) -> bool:
 class _PushConsumer(AsyncWebsocketConsumer):
     """Forwards aggregator pushes; keeps the aggregator told that its groups have readers;
     ends with the login session it was opened with."""
+
+    fleet_epoch: str | None = None  # the fleet feed's place this socket is at
+    fleet_seq: int = 0
 
     groups_joined: dict[str, float]
     session_group: str | None = None
@@ -139,10 +150,40 @@ class _PushConsumer(AsyncWebsocketConsumer):
     async def send_json(self, message: payloads.Message) -> None:
         await self.send(text_data=payloads.encode(message))
 
+    async def fleet_tick(self, event):
+        """fleet.telemetry.feed's event: the tick's delta, plus the figures that moved of the
+        rows this socket shows (read from Redis, compared with what it last sent). When the
+        delta does not follow what this socket sent (another publisher, or ticks the channel
+        layer dropped), the socket gets a new snapshot instead, without being asked."""
+        if self.closing or not await self._still_allowed():
+            return
+        epoch, seq = event.get("epoch"), event.get("seq")
+        if epoch != self.fleet_epoch or (isinstance(seq, int) and seq > self.fleet_seq + 1):
+            await self._send_fleet_snapshot()
+            return
+        if isinstance(seq, int) and seq > self.fleet_seq:
+            self.fleet_seq = seq
+        figs = await self._moved_figures()
+        await self.send(text_data=with_figures(event["text"], figs))
+
+    async def _moved_figures(self) -> dict[int, str]:
+        view = getattr(self, "fleet_view", None)
+        if not view:
+            return {}
+        stored = await feed.read_figures(_redis(), view)
+        sent = self.fleet_sent
+        moved = {nid: fig for nid, fig in stored.items() if sent.get(nid) != fig}
+        sent.update(moved)
+        return moved
+
 
 class LiveConsumer(_PushConsumer):
+    fleet_snapshot_at: float = float("-inf")
+
     async def connect(self):
         self.groups_joined = {}
+        self.fleet_view: list[int] = []
+        self.fleet_sent: dict[int, str] = {}
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.close(code=CLOSE_UNAUTHENTICATED)
@@ -161,7 +202,11 @@ class LiveConsumer(_PushConsumer):
             message = json.loads(text_data or "")
         except ValueError:
             message = None
-        if not isinstance(message, dict) or message.get("action") != "subscribe":
+        action = message.get("action") if isinstance(message, dict) else None
+        if action in ("view", "snapshot"):
+            await self._fleet_action(action, message)
+            return
+        if action != "subscribe":
             await self._error(400, 'send {"action": "subscribe", "topic": ..., "id": ...}')
             return
         topic = message.get("topic")
@@ -170,6 +215,11 @@ class LiveConsumer(_PushConsumer):
             return
         if topic == "fleet":
             group, field = payloads.GROUP_FLEET, None
+            if group not in self.groups_joined:
+                await self.send_json({"type": "subscribed", "group": group})
+                await self.join(group, None)
+                await self._send_fleet_snapshot()
+            return
         elif topic in ("pipeline", "node"):
             status, obj = await _viewable(topic, message.get("id"))
             if status != 200:
@@ -191,6 +241,46 @@ class LiveConsumer(_PushConsumer):
 
     async def _error(self, code: int, detail: str) -> None:
         await self.send_json({"type": "error", "code": code, "detail": detail})
+
+    # --- the fleet feed ---------------------------------------------------------------------
+    async def _fleet_action(self, action: str, message: dict) -> None:
+        if payloads.GROUP_FLEET not in self.groups_joined:
+            await self._error(400, 'subscribe to the fleet first: {"topic": "fleet"}')
+            return
+        if action == "snapshot":
+            if time.monotonic() - self.fleet_snapshot_at < SNAPSHOT_MIN_INTERVAL_S:
+                await self._error(429, "a snapshot was sent a moment ago")
+                return
+            await self._send_fleet_snapshot()
+            return
+        ids = message.get("ids")
+        if not isinstance(ids, list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) for i in ids
+        ):
+            await self._error(400, 'send {"action": "view", "ids": [node ids]}')
+            return
+        if len(ids) > MAX_VIEW:
+            await self._error(413, f"a view follows at most {MAX_VIEW} rows")
+            return
+        view = list(dict.fromkeys(ids))
+        kept = set(view)
+        self.fleet_sent = {nid: fig for nid, fig in self.fleet_sent.items() if nid in kept}
+        self.fleet_view = view
+        figs = await self._moved_figures()  # the new rows' figures now, not at the next tick
+        if figs:
+            await self.send(text_data=with_figures('{"type":"fleet.figs"}', figs))
+
+    async def _send_fleet_snapshot(self) -> None:
+        self.fleet_snapshot_at = time.monotonic()
+        self.fleet_sent = {}  # the client starts over: resend the figures of its view
+        stored = await feed.read_snapshot(_redis())
+        if stored is None:
+            stored = await database_sync_to_async(feed.snapshot_from_db)()
+        self.fleet_epoch, self.fleet_seq, text = stored
+        await self.send(text_data=text)
+        figs = await self._moved_figures()
+        if figs:
+            await self.send(text_data=with_figures('{"type":"fleet.figs"}', figs))
 
 
 class WallConsumer(_PushConsumer):

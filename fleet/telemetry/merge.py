@@ -235,6 +235,8 @@ class Merge:
             "tokens_per_s": stats["tokens_per_s"],
             "power_w": stats["power_w"],
             "power_source": stats["power_source"],
+            "power_draft_w": stats["power_draft_w"],
+            "power_verify_w": stats["power_verify_w"],
             "tokens_per_j": stats["tokens_per_j"],
             "tokens_per_j_draft": stats["tokens_per_j_draft"],
             "tokens_per_j_verify": stats["tokens_per_j_verify"],

@@ -29,7 +29,8 @@ RETENTION: dict[tuple[str, int], timedelta] = {
 
 class Rollup(models.Model):
     """The derived figures (see `fleet.telemetry.accumulators.derive`) of one scope over one bucket
-    [start, start + resolution_s). `scope_id` is 0 for the fleet."""
+    [start, start + resolution_s). For the fleet, `scope_id` is 0 for all nodes, 1 for the real
+    ones, 2 for the simulated ones (`aggregation.FLEET_*`)."""
 
     scope = models.CharField(max_length=10, choices=Scope.choices)
     scope_id = models.PositiveIntegerField(default=0)

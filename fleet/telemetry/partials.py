@@ -4,7 +4,7 @@ rollup sums it leaves for the leader at each bucket close (JSON, compact).
     tandem:agg:partials            stream of tick partials (`Aggregation.partial`), all
                                    aggregators; the leader reads every entry in order
     tandem:agg:rollup:<res>:<start>  hash, field "<shard>" (10 s) or "<shard>:<10 s start>"
-                                   (5 min): {"span": s, "groups": [[pipeline|None, Acc]...]}.
+                                   (5 min): {"span": s, "groups": [[pipeline|None, sim, Acc]]}.
                                    Written again identically when a shard's bucket is rebuilt
                                    after a takeover, so the leader's sum counts each once.
 """
@@ -69,13 +69,16 @@ def decode_partial(raw: bytes | str) -> dict:
 
 
 def encode_rollup(span: float, groups: dict) -> str:
-    """One shard's bucket: {pipeline id | None: Acc} summed over its nodes."""
+    """One shard's bucket: {(pipeline id | None, simulated): Acc} summed over its nodes."""
     return json.dumps(
-        {"span": span, "groups": [[pid, acc_to_list(acc)] for pid, acc in groups.items()]},
+        {
+            "span": span,
+            "groups": [[pid, sim, acc_to_list(acc)] for (pid, sim), acc in groups.items()],
+        },
         separators=(",", ":"),
     )
 
 
 def decode_rollup(raw: bytes | str) -> tuple[float, dict]:
     data = json.loads(raw)
-    return data["span"], {pid: acc_from_list(acc) for pid, acc in data["groups"]}
+    return data["span"], {(pid, sim): acc_from_list(acc) for pid, sim, acc in data["groups"]}

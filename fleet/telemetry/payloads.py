@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Literal, NotRequired, TypedDict
 
-GROUP_FLEET = "fleet"  # full fleet updates, every node row
+GROUP_FLEET = "fleet"  # the fleet page: deltas (fleet.telemetry.deltas), one per tick
 GROUP_WALL = "wall"  # the same without node rows (the wall shows totals and pipelines)
 
 
@@ -69,6 +69,8 @@ class Kpis(TypedDict):
     tokens_per_s: float | None
     power_w: float | None
     power_source: str | None
+    power_draft_w: float | None
+    power_verify_w: float | None
     tokens_per_j: float | None
     tokens_per_j_draft: float | None
     tokens_per_j_verify: float | None
@@ -102,6 +104,53 @@ class FleetUpdate(TypedDict):
     nodes: NotRequired[list[NodeRow]]  # absent in the wall's summary
 
 
+class FleetHead(TypedDict):
+    """The headline part of the fleet page's feed (what a snapshot carries besides rows)."""
+
+    ts: float
+    newest_ts: float | None
+    totals: FleetTotals
+    kpis: Kpis
+    kpis_simulated: Kpis
+    pipes: list[list]  # [[pipeline id, name], ...]
+
+
+class FleetDelta(TypedDict):
+    """The fleet page's message per tick (fleet.telemetry.deltas): only what changed since
+    `seq - 1` of the same `epoch`. Rows are lists in deltas.ROW_FIELDS order, figures lists
+    in deltas.FIG_FIELDS order; `figs` holds only the rows this socket shows and only the
+    ones whose displayed value moved."""
+
+    type: Literal["fleet.update"]
+    epoch: str
+    seq: int
+    ts: float
+    newest_ts: float | None
+    totals: FleetTotals
+    kpis: Kpis
+    kpis_simulated: Kpis
+    rows: list[list]  # added or changed rows
+    gone: list[int]  # ids of nodes that left
+    pipes: NotRequired[list[list]]  # every pipeline's [id, name], when one changed
+    figs: NotRequired[dict[str, list]]  # node id -> figures
+
+
+class FleetSnapshot(FleetHead):
+    """Every row at `seq`: sent once on subscribing, and again when a client asks."""
+
+    type: Literal["fleet.snapshot"]
+    epoch: str
+    seq: int
+    rows: list[list]
+
+
+class FleetFigures(TypedDict):
+    """The figures of the rows a client has just started to show."""
+
+    type: Literal["fleet.figs"]
+    figs: dict[str, list]
+
+
 class PipelineUpdate(TypedDict):
     type: Literal["pipeline.update"]
     ts: float
@@ -120,6 +169,26 @@ class NodeUpdate(TypedDict):
     last_measured: NotRequired[LastMeasured | None]
 
 
+class ChangeMarker(TypedDict):
+    """A configuration change as a chart marker: when, who, what (one short line)."""
+
+    ts: float
+    actor: str
+    action: str
+    text: str
+
+
+class ConfigChange(TypedDict):
+    """Sent by the pipelines' services after commit, to the pipeline's (and node's) group: the
+    marker appears and the configuration shows at once, not at the next registry refresh."""
+
+    type: Literal["config.change"]
+    pipeline: int | None
+    node: int | None
+    config: dict | None  # registry.pipeline_config(): k policy, batch caps, version
+    marker: ChangeMarker
+
+
 class Subscribed(TypedDict):
     type: Literal["subscribed"]
     group: str
@@ -131,7 +200,17 @@ class ErrorMessage(TypedDict):
     detail: str
 
 
-Message = FleetUpdate | PipelineUpdate | NodeUpdate | Subscribed | ErrorMessage
+Message = (
+    FleetUpdate
+    | FleetDelta
+    | FleetSnapshot
+    | FleetFigures
+    | PipelineUpdate
+    | NodeUpdate
+    | ConfigChange
+    | Subscribed
+    | ErrorMessage
+)
 
 
 def encode(message: Message) -> str:

@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 
 from django.utils import timezone
 
+from fleet.telemetry.aggregation import FLEET_REAL, FLEET_SIMULATED
 from fleet.telemetry.models import RETENTION, Rollup
 
 # Figures a chart may ask for (keys of fleet.telemetry.accumulators.derive()).
@@ -70,4 +71,26 @@ def series(
         out["t"].append((start + timedelta(seconds=resolution)).timestamp())
         for field in SERIES_FIELDS:
             out[field].append(data.get(field))
+    return out
+
+
+# The fleet's series as the wall draws it, real and simulated nodes apart (see
+# `aggregation.FLEET_REAL` / `FLEET_SIMULATED`): the real nodes' figures under their own keys,
+# the simulated ones' under "simulated_<key>", on one time axis.
+SIMULATED_FIELDS = ("tokens_per_s", "power_w", "power_draft_w", "power_verify_w")
+
+
+def fleet_series(*, minutes: int = 30, resolution: int | None = None) -> dict:
+    """{"t": [...], "<field>": real nodes' values, "simulated_<field>": simulated nodes'} for
+    SERIES_FIELDS / SIMULATED_FIELDS; a bucket where one class had no samples holds None."""
+    real = series("fleet", FLEET_REAL, minutes=minutes, resolution=resolution)
+    sim = series("fleet", FLEET_SIMULATED, minutes=minutes, resolution=resolution)
+    times = sorted(set(real["t"]) | set(sim["t"]))
+    at_real = {t: i for i, t in enumerate(real["t"])}
+    at_sim = {t: i for i, t in enumerate(sim["t"])}
+    out: dict[str, list] = {"t": times}
+    for field in SERIES_FIELDS:
+        out[field] = [real[field][at_real[t]] if t in at_real else None for t in times]
+    for field in SIMULATED_FIELDS:
+        out[f"simulated_{field}"] = [sim[field][at_sim[t]] if t in at_sim else None for t in times]
     return out

@@ -72,7 +72,27 @@
     ["ch-util", [{ key: "utilization", name: "utilization", color: C.util, scale: 100, unit: "%" }], { yaxis: { ticksuffix: "%", range: [0, 100], gridcolor: C.grid } }],
   ];
 
-  function updateKpis(stats) {
+  /* The acceptance figures a page keeps when traffic stops: the last measured ones, with a
+     label saying so and how old they are (the live window then has none). */
+  var LAST_FIELDS = ["acceptance_rate", "mean_acceptance_length", "alpha"];
+  function withLast(stats, last) {
+    if (stats.acceptance_rate != null || !last || last.acceptance_rate == null) return { stats: stats, last: null };
+    var shown = Object.assign({}, stats);
+    LAST_FIELDS.forEach(function (key) { shown[key] = last[key]; });
+    return { stats: shown, last: last };
+  }
+  function updateKpis(live, lastMeasured) {
+    var picked = withLast(live, lastMeasured);
+    var stats = picked.stats;
+    var note = picked.last ? '<span class="last-measured">last measured ' + T.ago(picked.last.age_s) + "</span>" : "";
+    T.setHTML(document, '[data-k="acc_last"]', note);
+    T.setHTML(document, '[data-k="mal_last"]', note);
+    document.querySelectorAll("#kpis .kpi").forEach(function (el) {
+      if (el.querySelector('[data-k="acc_last"], [data-k="mal_last"]')) {
+        if (picked.last) el.dataset.last = "1";
+        else delete el.dataset.last;
+      }
+    });
     Object.keys(FORMAT).forEach(function (key) {
       var els = document.querySelectorAll('[data-k="' + key + '"]');
       for (var i = 0; i < els.length; i++) {
@@ -179,11 +199,31 @@
     setInterval(function () {
       if (!document.hidden) refreshMarkers();
     }, RATES_MS);
+    function addMarker(marker) {
+      if (!marker) return;
+      var known = state.markers.some(function (x) { return x.ts === marker.ts && x.text === marker.text; });
+      if (known) return;
+      state.markers = state.markers.concat([marker]);
+      decorateAll();
+    }
+    /* The configuration in the header. A pipeline.update built before the change (the
+       aggregator's registry is a few seconds behind) never rolls it back. A new version seen
+       on the telemetry alone (a change pushed nowhere else) fetches the markers again. */
+    function showConfig(c, pushed) {
+      if (state.version !== null && c.version < state.version) return;
+      var k = c.k_policy || {};
+      T.setText(document, '[data-c="k"]', k.mode === "fixed" ? String(k.k) : String(k.mode || "—"));
+      T.setText(document, '[data-c="max_verify_batch"]', String(c.max_verify_batch));
+      T.setText(document, '[data-c="max_batch_wait_ms"]', String(c.max_batch_wait_ms));
+      T.setText(document, '[data-c="version"]', String(c.version));
+      if (!pushed && state.version !== null && c.version !== state.version) refreshMarkers();
+      state.version = c.version;
+    }
 
     var pointDue = T.every(2000);
     var barsDue = T.every(1000);
-    function onStats(ts, stats, nodes) {
-      updateKpis(stats || {});
+    function onStats(ts, stats, nodes, last) {
+      updateKpis(stats || {}, last);
       if (barsDue()) bars(stats || {});
       if (pointDue()) charts.forEach(function (el) { T.appendPoint(el, ts, stats || {}); });
       if (nodes) updateRows(nodes);
@@ -196,18 +236,14 @@
       subscribe: opts.subscribe,
       onMessage: function (m) {
         if (m.type === "pipeline.update") {
-          onStats(m.ts, m.pipeline.stats, m.nodes);
-          if (m.config) {
-            var k = m.config.k_policy || {};
-            T.setText(document, '[data-c="k"]', k.mode === "fixed" ? String(k.k) : String(k.mode || "—"));
-            T.setText(document, '[data-c="max_verify_batch"]', String(m.config.max_verify_batch));
-            T.setText(document, '[data-c="max_batch_wait_ms"]', String(m.config.max_batch_wait_ms));
-            T.setText(document, '[data-c="version"]', String(m.config.version));
-            if (state.version !== null && m.config.version !== state.version) refreshMarkers();
-            state.version = m.config.version;
-          }
+          onStats(m.ts, m.pipeline.stats, m.nodes, m.pipeline.last_measured);
+          if (m.config) showConfig(m.config, false);
+        } else if (m.type === "config.change") {
+          // pushed at commit by the service that made the change: the marker shows at once
+          addMarker(m.marker);
+          if (m.config && opts.kind === "pipeline") showConfig(m.config, true);
         } else if (m.type === "node.update") {
-          onStats(m.ts, m.stats, null);
+          onStats(m.ts, m.stats, null, m.last_measured);
           if (window.TandemNode) window.TandemNode(m.node);
         }
       },

@@ -1,10 +1,33 @@
-/* Fleet page: totals and the node table, live. */
+/* Fleet page: the headline figures and the node table, live, for fleets of any size.
+
+   The socket's fleet feed (fleet/telemetry/deltas.py) sends a snapshot of every row once,
+   then one delta per tick: rows added or changed, ids gone, the headline figures, and the
+   live figures of the rows this page SHOWS. The table is virtual: only the rows in view
+   (plus a margin) exist in the DOM, whatever the fleet's size; filtering runs over the rows
+   in memory. After each render the page tells the server which rows it shows
+   ({"action": "view"}); a delta that does not follow the last one (a gap, a new publisher)
+   makes it ask for a new snapshot ({"action": "snapshot"}). */
 (function () {
   "use strict";
   var T = window.Tandem;
-  var tbody = document.querySelector("#nodes tbody");
+  var table = document.getElementById("nodes");
+  var tbody = table.querySelector("tbody");
+  var wrap = table.closest(".table-wrap");
   var form = document.getElementById("filters");
+  var FIELDS = ["id", "name", "state", "role", "pipeline", "sim", "kind"];
+  var OVERSCAN = 10; // rows rendered above and below the visible ones
+  var rowH = 41; // px; measured from the first rendered row
+  var PAGE_ROWS = 40; // rows the visible window holds when the wrap has no height yet
   form.addEventListener("submit", function (e) { e.preventDefault(); }); // filters apply live
+  // the table scrolls in its card, its header stays (styles from script: CSP allows those)
+  wrap.style.maxHeight = "72vh";
+  wrap.style.overflowY = "auto";
+  table.querySelectorAll("thead th").forEach(function (th) {
+    th.style.position = "sticky";
+    th.style.top = "0";
+    th.style.zIndex = "1";
+    th.style.background = "var(--bg-card)";
+  });
   // server-rendered utilization bars: widths from data attributes (no inline styles, CSP)
   document.querySelectorAll(".bar > span[data-width]").forEach(function (el) {
     el.style.width = el.dataset.width + "%";
@@ -14,57 +37,28 @@
     if (o.value) pipelineNames[o.value] = o.textContent;
   });
 
-  function stateBadges(states) {
-    return Object.keys(states || {})
-      .sort()
-      .map(function (s) {
-        return '<span class="badge state-' + T.esc(s) + '">' + states[s] + " " + T.esc(s) + "</span>";
-      })
-      .join("");
-  }
+  // --- the rows in memory -------------------------------------------------------------------
+  var rows = null; // id -> {id, name, state, role, pipeline, sim, kind, fig}; null before a snapshot
+  var order = []; // the rows that pass the filters, sorted
+  var feed = { epoch: null, seq: null, asked: 0 };
+  var serverNow = 0; // the aggregator's clock (ages are counted on it, not the browser's)
 
-  function newRow(r) {
-    var tr = document.createElement("tr");
-    tr.dataset.id = r.id;
-    tr.innerHTML =
-      '<td><a href="/nodes/' + r.id + '/">' + T.esc(r.name) + "</a>" +
-      (r.sim ? ' <span class="pill pill-simulated">simulated</span>' : "") + "</td>" +
-      '<td class="c-state"></td><td class="c-role"></td><td class="c-pipe"></td>' +
-      '<td class="num c-power"></td><td class="c-util"><span class="bar"><span></span></span><span class="v"></span></td>' +
-      '<td class="num c-batch"></td><td class="num c-tps"></td><td class="num c-acc"></td><td class="num c-seen dim"></td>';
-    tbody.appendChild(tr);
-    return tr;
+  function rowOf(list) {
+    var r = {};
+    for (var i = 0; i < FIELDS.length; i++) r[FIELDS[i]] = list[i];
+    return r;
   }
-
-  function cell(tr, cls) {
-    return tr.querySelector("." + cls);
+  function setRow(list) {
+    var r = rowOf(list);
+    var old = rows[r.id];
+    if (old) r.fig = old.fig;
+    rows[r.id] = r;
   }
-  function put(el, html) {
-    if (el && el.innerHTML !== html) el.innerHTML = html;
-  }
-
-  function updateRow(tr, r) {
-    tr.dataset.state = r.state;
-    tr.dataset.role = r.role || "none";
-    tr.dataset.pipeline = r.pipeline || "";
-    tr.dataset.sim = r.sim ? "1" : "0";
-    tr.dataset.name = r.name;
-    put(cell(tr, "c-state"), '<span class="badge state-' + T.esc(r.state) + '">' + T.esc(r.state) + "</span>");
-    put(cell(tr, "c-role"), r.role ? T.esc(r.role) : "—");
-    var pipe = cell(tr, "c-pipe");
-    if (pipe) {
-      put(pipe, r.pipeline ? '<a href="/pipelines/' + r.pipeline + '/">' + T.esc(pipelineNames[r.pipeline] || "#" + r.pipeline) + "</a>" : '<span class="dim">—</span>');
-    }
-    put(cell(tr, "c-power"), T.watts(r.power_w) + " " + T.sourcePill(r.src));
-    var util = cell(tr, "c-util");
-    if (util) {
-      util.querySelector(".bar > span").style.width = (r.util ? Math.round(r.util * 100) : 0) + "%";
-      T.setText(util, ".v", T.pct(r.util, 0));
-    }
-    put(cell(tr, "c-batch"), T.fmt(r.batch, 1));
-    put(cell(tr, "c-tps"), r.role === "draft" && !r.tps ? '<span class="dim" title="Drafters deliver no tokens themselves: their verifiers do">—</span>' : T.fmt(r.tps, 1));
-    put(cell(tr, "c-acc"), T.pct(r.acc));
-    put(cell(tr, "c-seen"), r.seen_s === null || r.seen_s === undefined ? "never" : Math.round(r.seen_s) + " s ago");
+  function applyFigs(figs) {
+    if (!figs || !rows) return;
+    Object.keys(figs).forEach(function (id) {
+      if (rows[id]) rows[id].fig = figs[id];
+    });
   }
 
   function filters() {
@@ -77,34 +71,228 @@
       sim: data.get("sim"),
     };
   }
-  function apply() {
-    var f = filters();
-    var shown = 0,
-      total = 0;
-    tbody.querySelectorAll("tr[data-id]").forEach(function (tr) {
-      total += 1;
-      var ok =
-        (!f.q || tr.dataset.name.toLowerCase().indexOf(f.q) >= 0) &&
-        (!f.state || tr.dataset.state === f.state) &&
-        (!f.role || tr.dataset.role === f.role) &&
-        (!f.pipeline || tr.dataset.pipeline === f.pipeline) &&
-        (!f.sim || (f.sim === "sim") === (tr.dataset.sim === "1"));
-      tr.hidden = !ok;
-      if (ok) shown += 1;
-    });
-    T.setText(document, "#shown", String(shown));
-    T.setText(document, "#total", String(total));
+  /* Sorted by a column of what every row has (name, state, role, pipeline), then by name:
+     the live figures are sent only for the rows in view, so they cannot order the rest. */
+  var sort = { key: "name", dir: 1 };
+  function sortValue(r, key) {
+    if (key === "pipeline") return r.pipeline ? pipelineNames[r.pipeline] || "#" + r.pipeline : "\uffff";
+    if (key === "role") return r.role || "\uffff";
+    return r[key] || "";
   }
-  form.addEventListener("input", function () {
-    apply();
-    kpis(lastKpis);
-    var params = new URLSearchParams();
-    var f = new FormData(form);
-    f.forEach(function (v, k) {
-      if (v) params.set(k, v);
+  function compare(a, b) {
+    if (sort.key !== "name") {
+      var x = sortValue(a, sort.key), y = sortValue(b, sort.key);
+      if (x !== y) return (x < y ? -1 : 1) * sort.dir;
+    }
+    var byName = a.name < b.name ? -1 : a.name > b.name ? 1 : a.id - b.id;
+    return sort.key === "name" ? byName * sort.dir : byName;
+  }
+  function marks() {
+    table.querySelectorAll("th[data-sort]").forEach(function (th) {
+      var mine = th.dataset.sort === sort.key;
+      if (mine) th.setAttribute("aria-sort", sort.dir > 0 ? "ascending" : "descending");
+      else th.removeAttribute("aria-sort");
+      T.setText(th, ".sort-mark", mine ? (sort.dir > 0 ? " ▲" : " ▼") : "");
     });
-    history.replaceState(null, "", location.pathname + (params.toString() ? "?" + params : ""));
+  }
+  table.querySelectorAll("th[data-sort]").forEach(function (th) {
+    th.style.cursor = "pointer";
+    th.title = "Sort by " + th.textContent.toLowerCase();
+    var mark = document.createElement("span");
+    mark.className = "sort-mark";
+    th.appendChild(mark);
+    th.addEventListener("click", function () {
+      var key = th.dataset.sort;
+      sort = { key: key, dir: sort.key === key ? -sort.dir : 1 };
+      marks();
+      refilter();
+      wrap.scrollTop = 0;
+      render();
+    });
   });
+  marks();
+  function refilter() {
+    if (!rows) return;
+    var f = filters();
+    var out = [];
+    for (var id in rows) {
+      var r = rows[id];
+      if (f.q && r.name.toLowerCase().indexOf(f.q) < 0) continue;
+      if (f.state && r.state !== f.state) continue;
+      if (f.role && (r.role || "none") !== f.role) continue;
+      if (f.pipeline && String(r.pipeline || "") !== f.pipeline) continue;
+      if (f.sim && (f.sim === "sim") !== !!r.sim) continue;
+      out.push(r);
+    }
+    out.sort(compare);
+    order = out;
+    T.setText(document, "#shown", String(order.length));
+    T.setText(document, "#total", String(Object.keys(rows).length));
+  }
+
+  // --- the virtual table ----------------------------------------------------------------------
+  var topPad = document.createElement("tr");
+  var bottomPad = document.createElement("tr");
+  topPad.className = bottomPad.className = "vpad";
+  topPad.innerHTML = bottomPad.innerHTML = '<td colspan="10"></td>';
+  topPad.setAttribute("aria-hidden", "true");
+  bottomPad.setAttribute("aria-hidden", "true");
+  var pool = []; // the <tr> elements in use, in order
+  var shownIds = [];
+
+  function newTr() {
+    var tr = document.createElement("tr");
+    tr.innerHTML =
+      '<td class="c-name"></td><td class="c-state"></td><td class="c-role"></td><td class="c-pipe"></td>' +
+      '<td class="num c-power"></td><td class="c-util"><span class="bar"><span></span></span><span class="v"></span></td>' +
+      '<td class="num c-batch"></td><td class="num c-tps"></td><td class="num c-acc"></td><td class="num c-seen dim"></td>';
+    tr.style.height = rowH + "px";
+    return tr;
+  }
+  function cell(tr, cls) {
+    return tr.querySelector("." + cls);
+  }
+  function put(el, html) {
+    if (el && el.innerHTML !== html) el.innerHTML = html;
+  }
+  function fill(tr, r) {
+    var fig = r.fig || [];
+    var power = fig[0], src = fig[1], util = fig[2], batch = fig[3], tps = fig[4], acc = fig[5], seen = fig[6];
+    if (tr.dataset.id !== String(r.id)) tr.dataset.id = r.id;
+    tr.dataset.state = r.state;
+    tr.dataset.role = r.role || "none";
+    tr.dataset.pipeline = r.pipeline || "";
+    tr.dataset.sim = r.sim ? "1" : "0";
+    tr.dataset.name = r.name;
+    put(cell(tr, "c-name"), '<a href="/nodes/' + r.id + '/">' + T.esc(r.name) + "</a>" +
+      ' <span class="dim small">' + T.esc(r.kind || "") + "</span>" +
+      (r.sim ? ' <span class="pill pill-simulated">simulated</span>' : ""));
+    put(cell(tr, "c-state"), '<span class="badge state-' + T.esc(r.state) + '">' + T.esc(r.state) + "</span>");
+    put(cell(tr, "c-role"), r.role ? T.esc(r.role) : "—");
+    put(cell(tr, "c-pipe"), r.pipeline ? '<a href="/pipelines/' + r.pipeline + '/">' + T.esc(pipelineNames[r.pipeline] || "#" + r.pipeline) + "</a>" : '<span class="dim">—</span>');
+    put(cell(tr, "c-power"), T.watts(power) + " " + T.sourcePill(src));
+    var u = cell(tr, "c-util");
+    var width = (util ? Math.round(util * 100) : 0) + "%";
+    var bar = u.querySelector(".bar > span");
+    if (bar.style.width !== width) bar.style.width = width;
+    T.setText(u, ".v", T.pct(util, 0));
+    put(cell(tr, "c-batch"), T.fmt(batch, 1));
+    put(cell(tr, "c-tps"), r.role === "draft" && !tps ? '<span class="dim" title="Drafters deliver no tokens themselves: their verifiers do">—</span>' : T.fmt(tps, 1));
+    put(cell(tr, "c-acc"), T.pct(acc));
+    put(cell(tr, "c-seen"), seen === null || seen === undefined ? "never" : Math.max(0, Math.round(serverNow - seen)) + " s ago");
+  }
+
+  function windowRange() {
+    var visible = wrap.clientHeight ? Math.ceil(wrap.clientHeight / rowH) : PAGE_ROWS;
+    var span = visible + 2 * OVERSCAN;
+    // clamped: the scroll position may be past the end of a list that just got shorter
+    var first = Math.max(0, Math.min(Math.floor(wrap.scrollTop / rowH) - OVERSCAN, order.length - span));
+    var last = Math.min(order.length, first + span);
+    return [first, last];
+  }
+
+  function render() {
+    if (!rows) return;
+    var range = windowRange();
+    var first = range[0], last = range[1];
+    var n = last - first;
+    while (pool.length < n) pool.push(newTr());
+    while (pool.length > n) pool.pop().remove();
+    if (topPad.parentNode !== tbody) {
+      tbody.textContent = ""; // the server-rendered first rows give way to the live table
+      tbody.appendChild(topPad);
+      tbody.appendChild(bottomPad);
+    }
+    topPad.firstChild.style.height = first * rowH + "px";
+    bottomPad.firstChild.style.height = (order.length - last) * rowH + "px";
+    topPad.hidden = first === 0;
+    bottomPad.hidden = last >= order.length;
+    var ids = [];
+    for (var i = 0; i < n; i++) {
+      var tr = pool[i];
+      fill(tr, order[first + i]);
+      ids.push(order[first + i].id);
+    }
+    // keep the pooled rows in order after the top pad
+    var anchor = topPad;
+    for (var j = 0; j < n; j++) {
+      if (anchor.nextSibling !== pool[j]) tbody.insertBefore(pool[j], anchor.nextSibling);
+      anchor = pool[j];
+    }
+    var empty = tbody.querySelector(".empty-row");
+    if (!order.length && !empty) {
+      var tr0 = document.createElement("tr");
+      tr0.className = "empty-row";
+      tr0.innerHTML = '<td colspan="10" class="empty">' + (Object.keys(rows).length ? "No node matches these filters." : 'No nodes yet. Register one on the <a href="/nodes/">nodes page</a>, or start the simulator.') + "</td>";
+      tbody.insertBefore(tr0, bottomPad);
+    } else if (order.length && empty) {
+      empty.remove();
+    }
+    shownIds = ids;
+    if (n) measure(pool[0]);
+    sendView();
+  }
+  /* Once: the real height of a row (fonts, pills) becomes the table's row height. */
+  var measured = false;
+  function measure(tr) {
+    if (measured) return;
+    measured = true;
+    var h = Math.round(tr.getBoundingClientRect().height);
+    if (h > 0 && Math.abs(h - rowH) > 1) {
+      rowH = h;
+      pool.forEach(function (p) { p.style.height = rowH + "px"; });
+      render();
+    }
+  }
+
+  var scrollQueued = false;
+  wrap.addEventListener("scroll", function () {
+    if (scrollQueued) return;
+    scrollQueued = true;
+    requestAnimationFrame(function () {
+      scrollQueued = false;
+      render();
+    });
+  });
+  window.addEventListener("resize", function () { render(); });
+
+  // --- what the server sends ------------------------------------------------------------------
+  var socket;
+  var viewSent = "";
+  function send(message) {
+    if (socket && socket.ws && socket.ws.readyState === 1) {
+      socket.ws.send(JSON.stringify(message));
+      return true;
+    }
+    return false;
+  }
+  function sendView() {
+    if (feed.epoch === null) return;
+    var key = shownIds.join(",");
+    if (key === viewSent) return;
+    if (send({ action: "view", ids: shownIds })) viewSent = key;
+  }
+  function askSnapshot() {
+    var now = Date.now();
+    if (now - feed.asked < 1500) return; // one question at a time (the server allows 1/s)
+    feed.asked = now;
+    send({ action: "snapshot" });
+  }
+
+  function stateBadges(states) {
+    return Object.keys(states || {})
+      .sort()
+      .map(function (s) {
+        return '<span class="badge state-' + T.esc(s) + '">' + states[s] + " " + T.esc(s) + "</span>";
+      })
+      .join("");
+  }
+  function setPipes(pipes) {
+    if (!pipes) return;
+    pipes.forEach(function (p) {
+      pipelineNames[p[0]] = p[1];
+    });
+  }
 
   /* The headline KPIs: real nodes (simulated ones beside them, labelled), or one class
      when the Real/Simulated filter asks for it. An acceptance figure that has no traffic
@@ -115,7 +303,7 @@
     return s < 120 ? s + " s ago" : s < 7200 ? Math.round(s / 60) + " min ago" : Math.round(s / 3600) + " h ago";
   }
   function kpis(msg) {
-    if (!msg) return;
+    if (!msg || !msg.kpis) return;
     var sim = filters().sim;
     var k = (sim === "sim" ? msg.kpis_simulated : msg.kpis) || {};
     var other = sim ? {} : msg.kpis_simulated || {};
@@ -133,42 +321,79 @@
     T.setText(root, '[data-k="mal"]', T.fmt(last ? last.mean_acceptance_length : k.mean_acceptance_length, 2));
     T.setHTML(root, '[data-k="acc_last"]', last ? '<span class="dim small">last measured ' + ago(last.age_s) + "</span>" : "");
   }
-
-  function onFleet(msg) {
-    var totals = msg.totals || {};
+  function headline(msg) {
+    if (msg.ts) serverNow = msg.ts;
     var root = document.getElementById("totals");
-    T.setText(root, '[data-k="nodes"]', String(totals.nodes || 0));
-    T.setHTML(root, '[data-k="states"]', stateBadges(totals.states));
-    lastKpis = msg;
-    kpis(msg);
-    T.setText(root, '[data-k="sim"]', String(totals.simulated_nodes || 0));
-    (msg.pipelines || []).forEach(function (p) {
-      pipelineNames[p.id] = p.name;
-    });
-    if (!msg.nodes) return;
-    var seen = {};
-    var existing = {};
-    tbody.querySelectorAll("tr[data-id]").forEach(function (tr) {
-      existing[tr.dataset.id] = tr;
-    });
-    var empty = tbody.querySelector(".empty-row");
-    if (empty && msg.nodes.length) empty.remove();
-    msg.nodes.forEach(function (r) {
-      var tr = existing[r.id] || newRow(r);
-      updateRow(tr, r);
-      tr.dataset.live = "1";
-      seen[r.id] = true;
-    });
-    Object.keys(existing).forEach(function (id) {
-      // Drop only rows the aggregator reported before (a retired node): a node registered
-      // since its last registry refresh keeps its server-rendered row until it appears.
-      if (!seen[id] && existing[id].dataset.live === "1") existing[id].remove();
-    });
-    apply();
+    var totals = msg.totals;
+    if (totals) {
+      T.setText(root, '[data-k="nodes"]', String(totals.nodes || 0));
+      T.setHTML(root, '[data-k="states"]', stateBadges(totals.states));
+      T.setText(root, '[data-k="sim"]', String(totals.simulated_nodes || 0));
+    }
+    if (msg.kpis) {
+      lastKpis = msg;
+      kpis(msg);
+    }
   }
 
-  apply();
-  new T.LiveSocket("/ws/live/", { subscribe: [{ topic: "fleet" }], onMessage: function (m) {
-    if (m.type === "fleet.update") onFleet(m);
+  function onSnapshot(m) {
+    feed.epoch = m.epoch;
+    feed.seq = m.seq;
+    feed.asked = 0;
+    rows = {};
+    (m.rows || []).forEach(setRow);
+    setPipes(m.pipes);
+    headline(m);
+    viewSent = ""; // the server starts this socket's figures over
+    refilter();
+    render();
+  }
+  function onDelta(m) {
+    applyFigs(m.figs); // absolute values: true whatever the sequence
+    headline(m);
+    if (rows === null) return;
+    if (m.epoch !== feed.epoch || m.seq !== feed.seq + 1) {
+      if (m.epoch === feed.epoch && m.seq <= feed.seq) return; // already in the snapshot
+      askSnapshot(); // a gap, or another publisher: start over
+      render();
+      return;
+    }
+    feed.seq = m.seq;
+    setPipes(m.pipes);
+    var changed = (m.rows && m.rows.length) || (m.gone && m.gone.length);
+    (m.rows || []).forEach(setRow);
+    (m.gone || []).forEach(function (id) {
+      delete rows[id];
+    });
+    if (changed) refilter();
+    render();
+  }
+
+  form.addEventListener("input", function () {
+    refilter();
+    wrap.scrollTop = 0; // other rows: from the top
+    render();
+    kpis(lastKpis);
+    var params = new URLSearchParams();
+    var f = new FormData(form);
+    f.forEach(function (v, k) {
+      if (v) params.set(k, v);
+    });
+    history.replaceState(null, "", location.pathname + (params.toString() ? "?" + params : ""));
+  });
+
+  socket = new T.LiveSocket("/ws/live/", { subscribe: [{ topic: "fleet" }], onMessage: function (m) {
+    if (m.type === "fleet.snapshot") onSnapshot(m);
+    else if (m.type === "fleet.update") onDelta(m);
+    else if (m.type === "fleet.figs") {
+      applyFigs(m.figs);
+      render();
+    }
   } });
+  window.TandemFleet = { // for the browser tests: what the page holds and shows
+    rows: function () { return rows ? Object.keys(rows).length : 0; },
+    shown: function () { return order.length; },
+    seq: function () { return feed.seq; },
+    epoch: function () { return feed.epoch; },
+  };
 })();

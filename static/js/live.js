@@ -17,6 +17,7 @@
     tpj: "#3ecf8e",
     util: "#4cc9f0",
     marker: "#e3e7ef",
+    sim: "#c9ced8", // simulated nodes: a neutral dotted line, apart from the real ones
     grid: "#232a38",
     text: "#8b95a7",
   };
@@ -50,6 +51,16 @@
     if (source === "mixed")
       return '<span class="pill pill-modeled" title="Part of this power is modeled from hardware profiles">partly modeled</span>';
     return '<span class="pill pill-modeled" title="Modeled from the hardware profile and utilization">modeled</span>';
+  }
+  /* "1 drafter", "2 drafters" */
+  function plural(n, word, many) {
+    var count = Number(n) || 0;
+    return count + " " + (count === 1 ? word : many || word + "s");
+  }
+  /* An age in seconds as people say it: "12 s ago", "5 min ago", "3 h ago". */
+  function ago(seconds) {
+    var s = Math.max(0, Math.round(seconds || 0));
+    return s < 120 ? s + " s ago" : s < 7200 ? Math.round(s / 60) + " min ago" : Math.round(s / 3600) + " h ago";
   }
   function esc(text) {
     return String(text === null || text === undefined ? "" : text).replace(/[&<>"']/g, function (c) {
@@ -213,7 +224,7 @@
         type: "scatter",
         mode: "lines",
         yaxis: tr.axis || "y",
-        line: { color: tr.color, width: 2, shape: "spline", smoothing: 0.6 },
+        line: { color: tr.color, width: 2, shape: "spline", smoothing: 0.6, dash: tr.dash || "solid" },
         fill: tr.fill || "none",
         fillcolor: tr.fillcolor,
         connectgaps: false,
@@ -341,6 +352,8 @@
     pct: pct,
     watts: watts,
     sourcePill: sourcePill,
+    plural: plural,
+    ago: ago,
     esc: esc,
     setText: setText,
     setHTML: setHTML,

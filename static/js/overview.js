@@ -15,23 +15,19 @@
     tr.dataset.id = p.id;
     tr.innerHTML = '<td><a href="/pipelines/' + p.id + '/">' + T.esc(p.name) + "</a>" +
       (p.simulated ? ' <span class="pill pill-simulated">simulated</span>' : "") + "</td>" +
-      '<td class="c-nodes"></td><td class="num c-tps"></td><td class="num c-acc"></td><td class="num c-mal"></td>' +
-      '<td class="num c-batch"></td><td class="num c-itl"></td><td class="num c-power"></td><td class="num c-tpj"></td>';
+      '<td class="c-nodes"></td><td class="num c-tps"></td><td class="num c-acc"></td><td class="num opt c-mal"></td>' +
+      '<td class="num opt c-batch"></td><td class="num opt c-itl"></td><td class="num opt c-power"></td><td class="num opt c-tpj"></td>';
     tbody.appendChild(tr);
     return tr;
   }
 
   /* An acceptance figure now, else the last one measured (traffic stopped) and its age. */
-  function ago(s) {
-    s = Math.round(s || 0);
-    return s < 120 ? s + " s ago" : s < 7200 ? Math.round(s / 60) + " min ago" : Math.round(s / 3600) + " h ago";
-  }
   function lastOr(k, name) {
     return k[name] != null ? k[name] : (k.last_measured || {})[name];
   }
   function lastNote(k) {
     var l = k.last_measured;
-    return k.acceptance_rate == null && l ? '<span class="dim small">last measured ' + ago(l.age_s) + "</span>" : "";
+    return k.acceptance_rate == null && l ? '<span class="dim small">last measured ' + T.ago(l.age_s) + "</span>" : "";
   }
 
   function onFleet(m) {
@@ -39,7 +35,7 @@
     var k = m.kpis || {}; // the headline: real nodes only
     var ks = m.kpis_simulated || {};
     T.setText(root, '[data-o="tps"]', T.fmt(k.tokens_per_s, 0));
-    T.setHTML(root, '[data-o="sim"]', ks.nodes ? '<span class="pill pill-simulated">simulated</span> ' + T.fmt(ks.tokens_per_s, 0) + " tok/s on " + ks.nodes + " simulated nodes (not included)" : "");
+    T.setHTML(root, '[data-o="sim"]', ks.nodes ? '<span class="pill pill-simulated">simulated</span> ' + T.fmt(ks.tokens_per_s, 0) + " tok/s on " + T.plural(ks.nodes, "simulated node") + " (not included)" : "");
     T.setText(root, '[data-o="power"]', T.watts(k.power_w));
     T.setHTML(root, '[data-o="src"]', T.sourcePill(k.power_source) + (ks.nodes ? ' <span class="pill pill-simulated">simulated</span> ' + T.watts(ks.power_w) : ""));
     T.setText(root, '[data-o="tpj"]', T.fmt(k.tokens_per_j, 3));
@@ -56,7 +52,7 @@
       var tr = row(p);
       var ps = p.stats || {};
       seen[p.id] = true;
-      T.setText(tr, ".c-nodes", p.drafters + " drafters · " + p.verifiers + " verifiers");
+      T.setText(tr, ".c-nodes", T.plural(p.drafters, "drafter") + " · " + T.plural(p.verifiers, "verifier"));
       T.setText(tr, ".c-tps", T.fmt(ps.tokens_per_s, 0));
       var last = Object.assign({ last_measured: p.last_measured }, ps);
       T.setHTML(tr, ".c-acc", T.esc(T.pct(lastOr(last, "acceptance_rate"))) + (lastNote(last) ? "<br>" + lastNote(last) : ""));

@@ -46,14 +46,38 @@
     clock();
     setInterval(clock, 1000);
 
+    /* The fleet charts draw the real nodes; simulated nodes, when there are any, get their
+       own dotted line on a right-hand axis labelled "simulated" (never summed in). */
     var fleetSeries = data.fleet_series || { t: [] };
-    var chTokens = T.lineChart(document.getElementById("w-tokens"), fleetSeries,
-      [{ key: "tokens_per_s", name: "tokens/s", color: C.tokens, fill: "tozeroy", fillcolor: "rgba(122,162,255,0.14)" }],
-      { font: { color: C.text, size: 13 } });
-    var chPower = T.lineChart(document.getElementById("w-power"), fleetSeries, [
+    var liveSim = (data.live || {}).kpis_simulated || {};
+    function any(key, now) {
+      return (now || 0) > 0 || (fleetSeries[key] || []).some(function (v) { return v > 0; });
+    }
+    var simAxis = { overlaying: "y", side: "right", rangemode: "tozero", gridcolor: "rgba(0,0,0,0)", color: C.sim,
+      title: { text: "simulated", font: { color: C.sim, size: 12 } } };
+    var big = { font: { color: C.text, size: 13 } };
+    var tokenTraces = [{ key: "tokens_per_s", name: "tokens/s · real nodes", color: C.tokens, fill: "tozeroy", fillcolor: "rgba(122,162,255,0.14)" }];
+    var powerTraces = [
       { key: "power_draft_w", name: "drafting", color: C.draft, unit: "W" },
       { key: "power_verify_w", name: "verification", color: C.verify, unit: "W" },
-    ], { font: { color: C.text, size: 13 } });
+    ];
+    var simTokens = any("simulated_tokens_per_s", liveSim.tokens_per_s);
+    var simPower = any("simulated_power_w", liveSim.power_w);
+    if (simTokens) tokenTraces.push({ key: "simulated_tokens_per_s", name: "simulated nodes", color: C.sim, dash: "dot", axis: "y2" });
+    if (simPower) powerTraces.push({ key: "simulated_power_w", name: "simulated nodes", color: C.sim, dash: "dot", axis: "y2", unit: "W" });
+    function simLayout(on) { return on ? { yaxis2: simAxis, margin: { l: 44, r: 52, t: 8, b: 28 } } : {}; }
+    var chTokens = T.lineChart(document.getElementById("w-tokens"), fleetSeries, tokenTraces, Object.assign({}, big, simLayout(simTokens)));
+    var chPower = T.lineChart(document.getElementById("w-power"), fleetSeries, powerTraces, Object.assign({}, big, simLayout(simPower)));
+    /* A live point: the real nodes' headline figures, the simulated ones apart. */
+    function fleetPoint(k, ks) {
+      return {
+        tokens_per_s: k.tokens_per_s,
+        power_draft_w: k.power_draft_w,
+        power_verify_w: k.power_verify_w,
+        simulated_tokens_per_s: ks.nodes ? ks.tokens_per_s : null,
+        simulated_power_w: ks.nodes ? ks.power_w : null,
+      };
+    }
 
     function card(p) {
       var el = document.createElement("div");
@@ -92,11 +116,11 @@
       var s = p.stats || {};
       T.setText(c.el, ".name", p.name);
       T.setHTML(c.el, ".sim", p.simulated ? '<span class="pill pill-simulated">simulated</span>' : "");
-      T.setText(c.el, ".nodes", p.drafters + " drafters · " + p.verifiers + " verifiers");
+      T.setText(c.el, ".nodes", T.plural(p.drafters, "drafter") + " · " + T.plural(p.verifiers, "verifier"));
       T.setText(c.el, '[data-p="tps"]', T.fmt(s.tokens_per_s, 0));
       var last = s.acceptance_rate == null ? p.last_measured : null; // no traffic now
       T.setText(c.el, '[data-p="acc"]', T.pct((last || s).acceptance_rate, 0));
-      T.setText(c.el, '[data-p="mal"]', T.fmt((last || s).mean_acceptance_length, 2) + (last ? " (last measured " + Math.round(last.age_s) + " s ago)" : ""));
+      T.setText(c.el, '[data-p="mal"]', T.fmt((last || s).mean_acceptance_length, 2) + (last ? " (last measured " + T.ago(last.age_s) + ")" : ""));
       T.setText(c.el, '[data-p="batch"]', T.fmt(s.batch_mean, 1));
       T.setText(c.el, '[data-p="itl"]', s.itl_p99_ms == null ? "—" : T.fmt(s.itl_p99_ms, 0) + " ms");
       T.setText(c.el, '[data-p="power"]', T.watts(s.power_w));
@@ -113,7 +137,6 @@
 
     function onFleet(m, addPoint) {
       var t = m.totals || {};
-      var s = m.stats || {};
       var k = m.kpis || {}; // the headline: real nodes only
       var ks = m.kpis_simulated || {};
       var last = k.acceptance_rate == null ? k.last_measured : null; // no traffic now
@@ -128,14 +151,15 @@
       T.setText(root, '[data-w="acc"]', T.pct((last || k).acceptance_rate));
       T.setText(root, '[data-w="mal"]', T.fmt((last || k).mean_acceptance_length, 2));
       T.setText(root, '[data-w="alpha"]', T.fmt((last || k).alpha, 2));
-      T.setHTML(root, '[data-w="acc_last"]', last ? " · last measured " + Math.round(last.age_s) + " s ago" : "");
+      T.setHTML(root, '[data-w="acc_last"]', last ? " · last measured " + T.ago(last.age_s) : "");
       T.setText(root, '[data-w="online"]', String((t.states || {}).online || 0));
       T.setText(root, '[data-w="nodes"]', String(t.nodes || 0));
       T.setHTML(root, '[data-w="states"]', states(t.states));
-      T.setHTML(root, '[data-w="sim"]', ks.nodes ? simPill + T.fmt(ks.tokens_per_s, 0) + " tok/s on " + ks.nodes + " simulated node" + (ks.nodes === 1 ? "" : "s") + " not included" : "");
+      T.setHTML(root, '[data-w="sim"]', ks.nodes ? simPill + T.fmt(ks.tokens_per_s, 0) + " tok/s on " + T.plural(ks.nodes, "simulated node") + " not included" : "");
       if (addPoint) {
-        T.appendPoint(chTokens, m.ts, s);
-        T.appendPoint(chPower, m.ts, s);
+        var point = fleetPoint(k, ks);
+        T.appendPoint(chTokens, m.ts, point);
+        T.appendPoint(chPower, m.ts, point);
       }
       var seen = {};
       (m.pipelines || []).forEach(function (p) {

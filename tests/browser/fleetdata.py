@@ -10,6 +10,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from fleet.telemetry.accumulators import Acc, derive
+from fleet.telemetry.aggregation import FLEET_ALL, FLEET_REAL, FLEET_SIMULATED
 from fleet.telemetry.ingest import publish_sample
 from fleet.telemetry.models import Rollup
 from fleet.telemetry.samples import normalize
@@ -42,18 +43,18 @@ def build() -> dict:
     return {"pipeline": p, "nodes": nodes, "probe": (probe, probe_token)}
 
 
-def sample(role: str, rng: random.Random, now: float, phase: float = 0.0) -> dict:
+def sample(role: str, rng: random.Random, now: float, phase: float = 0.0, k: int = 4) -> dict:
     wave = 0.5 + 0.5 * math.sin(now / 60.0 + phase)
     if role == "verify":
         batch = rng.choice((12, 16, 16, 24))
         drafts = batch * 6
         alpha = 0.74 + 0.06 * wave
-        per_pos = [int(drafts * alpha ** (i + 1)) for i in range(4)]
+        per_pos = [int(drafts * alpha ** (i + 1)) for i in range(k)]
         accepted = sum(per_pos)
         return f.verify_sample(
             ts=now,
             num_drafts=drafts,
-            num_draft_tokens=drafts * 4,
+            num_draft_tokens=drafts * k,
             num_accepted_tokens=accepted,
             num_accepted_tokens_per_pos=per_pos,
             generation_tokens=accepted + drafts,
@@ -86,6 +87,7 @@ def _history(p, nodes) -> None:
     for k in range(180):
         t = start + 10 * k
         fleet = Acc()
+        by_class = {False: Acc(), True: Acc()}  # the fleet's real and simulated nodes apart
         for j, n in enumerate(nodes):
             role = "verify" if n.name.startswith("gpu") else "draft"
             acc = Acc()
@@ -97,11 +99,25 @@ def _history(p, nodes) -> None:
                 )
             )
             fleet.add(acc)
+            by_class[n.simulated].add(acc)
         data = derive(fleet, 10)
         rows.append(
             Rollup(scope="pipeline", scope_id=p.pk, resolution_s=10, start=_dt(t), data=data)
         )
-        rows.append(Rollup(scope="fleet", scope_id=0, resolution_s=10, start=_dt(t), data=data))
+        rows.append(
+            Rollup(scope="fleet", scope_id=FLEET_ALL, resolution_s=10, start=_dt(t), data=data)
+        )
+        for simulated, acc in by_class.items():
+            scope_id = FLEET_SIMULATED if simulated else FLEET_REAL
+            rows.append(
+                Rollup(
+                    scope="fleet",
+                    scope_id=scope_id,
+                    resolution_s=10,
+                    start=_dt(t),
+                    data=derive(acc, 10),
+                )
+            )
     Rollup.objects.bulk_create(rows)
 
 
@@ -112,9 +128,10 @@ def _dt(ts: float) -> datetime:
 class Feeder(threading.Thread):
     """Publishes one sample per node per second until stopped."""
 
-    def __init__(self, nodes):
+    def __init__(self, nodes, k: int = 4):
         super().__init__(daemon=True, name="feeder")
         self.nodes = nodes
+        self.k = k  # draft tokens per round in the verifiers' samples (set it to follow k)
         self.halt = threading.Event()
         self.rng = random.Random(11)
 
@@ -122,7 +139,7 @@ class Feeder(threading.Thread):
         while not self.halt.is_set():
             now = time.time()
             for j, (n, token, role) in enumerate(self.nodes):
-                publish_sample(n.pk, sample(role, self.rng, now, phase=j), token=token)
+                publish_sample(n.pk, sample(role, self.rng, now, phase=j, k=self.k), token=token)
             self.halt.wait(1.0)
 
     def stop(self):

@@ -253,5 +253,5 @@ def test_screenshots_of_every_page_at_three_sizes(stack, chromium, admin, screen
             context.close()
     finally:
         feeder.stop()
-    print("\npages wider than the screen:\n" + "\n".join(overflow))
     assert broken == [], "\n".join(broken)
+    assert overflow == [], "pages wider than the screen:\n" + "\n".join(overflow)

@@ -35,6 +35,7 @@ async def _open(path: str, client: Client) -> WebsocketCommunicator:
     if path == "/ws/live/":
         await comm.send_json_to({"action": "subscribe", "topic": "fleet"})
         assert (await comm.receive_json_from())["type"] == "subscribed"
+        assert (await comm.receive_json_from())["type"] == "fleet.snapshot"
     return comm
 
 

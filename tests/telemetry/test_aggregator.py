@@ -153,13 +153,19 @@ def test_rollups_written_pruned_and_charted(fleet_setup):
     assert agg.close_buckets(start + 9.9) == []
     rows = agg.close_buckets(start + 10.1)
     scopes = {(r["scope"], r["scope_id"], r["resolution_s"]) for r in rows}
-    assert scopes == {("node", v.id, 10), ("pipeline", p.id, 10), ("fleet", 0, 10)}
+    # the fleet: all nodes (0) and the real ones (1); no simulated node reported (no 2)
+    assert scopes == {
+        ("node", v.id, 10),
+        ("pipeline", p.id, 10),
+        ("fleet", 0, 10),
+        ("fleet", 1, 10),
+    }
     fleet_row = next(r for r in rows if r["scope"] == "fleet")
     assert fleet_row["data"]["tokens_per_s"] == pytest.approx(34)
     assert fleet_row["data"]["power_w"] == pytest.approx(300)
     write(rows)
     write(rows)  # idempotent per bucket
-    assert Rollup.objects.count() == 3
+    assert Rollup.objects.count() == 4
     long_rows = agg.close_buckets(start + 300.5)
     assert {r["resolution_s"] for r in long_rows} == {300}
     assert next(r for r in long_rows if r["scope"] == "fleet")["data"]["tokens_per_s"] == (
@@ -170,7 +176,7 @@ def test_rollups_written_pruned_and_charted(fleet_setup):
     assert chart["acceptance_rate"] == [pytest.approx(0.6)] and len(chart["t"]) == 1
     Rollup.objects.filter(scope="node").update(start=timezone.now() - timedelta(hours=2))
     assert prune() == 1
-    assert Rollup.objects.count() == 2
+    assert Rollup.objects.count() == 3
 
 
 def test_node_state_changes_show_through_after_a_registry_refresh(fleet_setup):

@@ -101,6 +101,7 @@ async def test_viewer_subscribes_and_receives_batched_updates(viewer):
     assert (await comm.receive_json_from(timeout=5))["code"] == 400
     await comm.send_json_to({"action": "subscribe", "topic": "fleet"})
     assert await comm.receive_json_from(timeout=5) == {"type": "subscribed", "group": "fleet"}
+    assert (await comm.receive_json_from(timeout=5))["type"] == "fleet.snapshot"
     await comm.send_json_to({"action": "subscribe", "topic": "pipeline", "id": p.id})
     assert (await comm.receive_json_from(timeout=5))["group"] == f"pipeline-{p.id}"
     await _tick_with(v, token)
@@ -108,7 +109,9 @@ async def test_viewer_subscribes_and_receives_batched_updates(viewer):
     for _ in range(2):
         msg = await comm.receive_json_from(timeout=5)
         got[msg["type"]] = msg
-    assert got["fleet.update"]["nodes"][0]["name"] == "gpu-1"
+    # a new aggregator is a new epoch of the fleet feed: the socket gets its snapshot
+    # (the deltas after it: tests/telemetry/test_fleet_feed.py)
+    assert got["fleet.snapshot"]["rows"][0][1] == "gpu-1"
     assert got["pipeline.update"]["pipeline"]["stats"]["acceptance_rate"] == pytest.approx(0.6)
     await comm.disconnect()
 

@@ -2,6 +2,8 @@
 while the real pipeline was at 0), the `simulated` label on /metrics, and the last measured
 acceptance kept after traffic stops instead of "—"."""
 
+import json
+
 import pytest
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
@@ -150,3 +152,94 @@ def test_pages_show_the_last_measured_acceptance_after_traffic_stops(viewer, mix
     home = c.get("/").content.decode()
     row = home.split('class="num c-acc">')[2]  # the simulated pipeline's row
     assert row.startswith("60.0%") and "last measured 38 s ago" in row
+
+
+def test_fleet_rollups_and_the_walls_series_keep_real_and_simulated_apart(viewer, mixed_fleet):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from fleet.telemetry import rollups
+    from fleet.telemetry.aggregation import FLEET_ALL, FLEET_REAL, FLEET_SIMULATED
+    from fleet.telemetry.models import Rollup
+
+    built = mixed_fleet.build(NOW + 2.5)["fleet"]
+    real, sim = built["kpis"], built["kpis_simulated"]  # the live points, split by role too
+    assert real["power_verify_w"] == pytest.approx(120) and real["power_draft_w"] == 0
+    assert sim["power_verify_w"] == pytest.approx(300) and sim["power_draft_w"] == 100
+
+    rows = mixed_fleet.close_buckets(NOW + 10.1)
+    fleet = {r["scope_id"]: r["data"] for r in rows if r["scope"] == "fleet"}
+    assert set(fleet) == {FLEET_ALL, FLEET_REAL, FLEET_SIMULATED}
+    # 3 s of samples in a 10 s bucket: 520 W, 120 W and 400 W over 3 of its 10 s
+    assert fleet[FLEET_ALL]["power_w"] == pytest.approx(156)
+    assert fleet[FLEET_REAL]["power_w"] == pytest.approx(36)
+    assert fleet[FLEET_REAL]["tokens_per_s"] == 0
+    assert fleet[FLEET_SIMULATED]["power_w"] == pytest.approx(120)
+    assert fleet[FLEET_SIMULATED]["tokens_per_s"] == pytest.approx(34 * 3 / 10)
+    rollups.write(rows)
+    Rollup.objects.update(start=timezone.now() - timedelta(minutes=5))
+
+    series = rollups.fleet_series(minutes=30)
+    assert len(series["t"]) == 1
+    assert series["power_w"] == [pytest.approx(36)] and series["tokens_per_s"] == [0]
+    assert series["power_verify_w"] == [pytest.approx(36)]
+    assert series["simulated_power_w"] == [pytest.approx(120)]
+    assert series["simulated_tokens_per_s"] == [pytest.approx(10.2)]
+
+    c = Client()  # what the wall draws: the same split
+    c.force_login(viewer)
+    page = c.get("/wall/").content.decode()
+    data = page.split('id="wall-data" type="application/json">')[1].split("</script>")[0]
+    drawn = json.loads(data)["fleet_series"]
+    assert drawn["power_w"] == [pytest.approx(36)]
+    assert drawn["simulated_power_w"] == [pytest.approx(120)]
+
+
+def test_a_bucket_with_one_class_only_leaves_the_other_empty():
+    from datetime import UTC, timedelta
+
+    from django.utils import timezone
+
+    from fleet.telemetry import rollups
+    from fleet.telemetry.aggregation import FLEET_REAL, FLEET_SIMULATED
+    from fleet.telemetry.models import Rollup
+
+    now = timezone.now().astimezone(UTC).replace(microsecond=0)
+    first, second = now - timedelta(minutes=3), now - timedelta(minutes=2)
+    Rollup.objects.create(
+        scope="fleet", scope_id=FLEET_REAL, resolution_s=10, start=first, data={"power_w": 5.0}
+    )
+    Rollup.objects.create(
+        scope="fleet",
+        scope_id=FLEET_SIMULATED,
+        resolution_s=10,
+        start=second,
+        data={"power_w": 7.0},
+    )
+    series = rollups.fleet_series(minutes=30)
+    assert series["t"] == [first.timestamp() + 10, second.timestamp() + 10]
+    assert series["power_w"] == [5.0, None]
+    assert series["simulated_power_w"] == [None, 7.0]
+
+
+def test_pipeline_and_node_pages_first_paint_the_last_measured(viewer, mixed_fleet):
+    from fleet.nodes.models import Node
+    from fleet.pipelines.models import Pipeline
+
+    mixed_fleet.build(NOW + 2.5)
+    client().hset(LIVE_KEY, mapping=mixed_fleet.build(NOW + 40)["snapshot"])
+    c = Client()
+    c.force_login(viewer)
+    pipeline = Pipeline.objects.get(name="sim")
+    node = Node.objects.get(name="gpu-sim")
+    for path in (f"/pipelines/{pipeline.pk}/", f"/nodes/{node.pk}/"):
+        html = c.get(path).content.decode()
+        kpis = html.split('id="kpis"')[1].split("</section>")[0]
+        assert 'data-k="acceptance_rate">60.0%<' in kpis, path
+        assert 'data-k="mean_acceptance_length">3.40<' in kpis, path
+        assert "last measured 38 s ago" in kpis, path
+        assert 'data-last="1"' in kpis, path
+    live = Pipeline.objects.get(name="real")  # never drafted: nothing to keep, no label
+    html = c.get(f"/pipelines/{live.pk}/").content.decode()
+    assert "last measured" not in html.split('id="kpis"')[1].split("</section>")[0]

@@ -17,20 +17,22 @@ from tests.telemetry.test_consumers import _fresh_channel_layer, _socket  # noqa
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
 
-async def _row_of(comm, node_id: int, want, timeout: float) -> tuple[bool, dict | None]:
-    """(whether a fleet message came whose row of `node_id` satisfies `want`, that row)"""
+async def _until(comm, want, timeout: float) -> bool:
+    """Read the fleet feed (a snapshot, then deltas: rows as [id, name, state, ...], gone
+    ids) until a message satisfies `want(message)`; False if none did in time."""
     deadline = time.monotonic() + timeout
     while (left := deadline - time.monotonic()) > 0:
         try:
             msg = await comm.receive_json_from(timeout=left)
         except TimeoutError:
-            return False, None
-        if msg.get("type") != "fleet.update":
-            continue
-        row = next((r for r in msg.get("nodes", []) if r["id"] == node_id), None)
-        if want(row):
-            return True, row
-    return False, None
+            return False
+        if msg.get("type") in ("fleet.snapshot", "fleet.update") and want(msg):
+            return True
+    return False
+
+
+def _state_is(node_id: int, state: str):
+    return lambda msg: any(r[0] == node_id and r[2] == state for r in msg.get("rows") or [])
 
 
 async def test_a_state_change_reaches_the_fleet_view_within_2_s(viewer):
@@ -45,15 +47,15 @@ async def test_a_state_change_reaches_the_fleet_view_within_2_s(viewer):
     agg = Aggregator(tick_s=0.2)
     task = asyncio.create_task(agg.run(redis_url=settings.REDIS_URL, stop=stop))
     try:
-        assert (await _row_of(comm, v.id, lambda r: r and r["state"] == "online", 10))[0]
+        assert await _until(comm, _state_is(v.id, "online"), 10)
         changed = time.monotonic()
         await sync_to_async(node_mark_lost)(node=v)
-        seen, _ = await _row_of(comm, v.id, lambda r: r and r["state"] == "lost", 5)
-        assert seen and time.monotonic() - changed <= 2.0
+        assert await _until(comm, _state_is(v.id, "lost"), 5)
+        assert time.monotonic() - changed <= 2.0
         changed = time.monotonic()
         await sync_to_async(node_retire)(node=other)
-        seen, _ = await _row_of(comm, other.id, lambda r: r is None, 5)
-        assert seen and time.monotonic() - changed <= 2.0  # retired: off the fleet view
+        assert await _until(comm, lambda msg: other.id in (msg.get("gone") or []), 5)
+        assert time.monotonic() - changed <= 2.0  # retired: off the fleet view
     finally:
         stop.set()
         await asyncio.wait_for(task, timeout=5)

@@ -1,7 +1,10 @@
 """Formatting of live figures in server-rendered pages (the same as static/js/live.js)."""
 
+import math
+
 from django import template
 from django.utils.html import format_html
+from django.utils.safestring import mark_safe
 
 register = template.Library()
 
@@ -44,14 +47,31 @@ def source_pill(source):
             '<span class="pill pill-measured" title="Measured power">measured{}</span>', sensor
         )
     if source == "mixed":
-        return format_html(
+        return mark_safe(  # constant markup: nothing to escape
             '<span class="pill pill-modeled" title="Part of this power is modeled from '
             'hardware profiles">partly modeled</span>'
         )
-    return format_html(
+    return mark_safe(  # constant markup: nothing to escape
         '<span class="pill pill-modeled" title="Modeled from the hardware profile and '
         'utilization">modeled</span>'
     )
+
+
+@register.filter
+def ago(seconds):
+    """An age in seconds as people say it ("12 s ago", "5 min ago", "3 h ago"), as live.js."""
+    value = _float(seconds)
+    if value is None:
+        return "—"
+    s = _js_round(max(0.0, value))
+    if s < 120:
+        return f"{s} s ago"
+    return f"{_js_round(s / 60)} min ago" if s < 7200 else f"{_js_round(s / 3600)} h ago"
+
+
+def _js_round(value: float) -> int:
+    """Math.round: halves go up (Python's round() goes to the even neighbour)."""
+    return math.floor(value + 0.5)
 
 
 @register.filter
