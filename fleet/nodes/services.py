@@ -16,6 +16,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from fleet.accounts.secrets import new_secret
+from fleet.nodes import notices
 from fleet.nodes.choices import WATCHED_STATES, NodeState
 from fleet.nodes.models import (
     HardwareProfile,
@@ -38,7 +39,18 @@ def _after_commit(event: str, node_ids: list[int]) -> None:
     change what its pipeline may route to: they go through `fleet.pipelines.node_actions`
     (`node_drain`, `node_return`), which audit, check and push; this registry only keeps
     `node_transition` for them."""
-    transaction.on_commit(lambda: logger.info("nodes: %s %s", event, node_ids))
+    transaction.on_commit(lambda: _notify(event, node_ids))
+
+
+def _notify(event: str, node_ids: list[int]) -> None:
+    logger.info("nodes: %s %s", event, node_ids)
+    notices.post(node_ids)  # the fleet view shows it on the aggregators' next tick
+
+
+def registry_changed_after_commit(node_ids: list[int]) -> None:
+    """For changes made outside this registry that the fleet view shows (a node moved to
+    another pipeline, placed, unplaced): the aggregators reload these nodes after commit."""
+    transaction.on_commit(lambda: notices.post(node_ids))
 
 
 def _locked(node: Node) -> Node:

@@ -1,9 +1,14 @@
 """The aggregator's synchronous core: parsing and admitting signed samples, the sliding live
-windows per node, the messages one tick sends (fleet, wall, pipeline, node), the live
-snapshot's fields, and the 10 s / 5 min rollup figures.
+windows per node, the per-shard partial a tick reports to the merge, the node snapshot fields,
+and the 10 s / 5 min rollup figures.
+
+One aggregator process owns some shards of the fleet (`owned`; None: all of them) and keeps
+the state of their nodes only. `partial()` is what it reports each tick; `merge.Merge` turns
+the partials of every shard into pipeline and fleet figures. `build()` does both in-process:
+one process serving a whole (small) fleet, and the tests.
 
 No event loop, Redis, channel layer or database here (tests/test_walls.py guards it): the
-runner, `aggregator.Aggregator`, reads the stream, sends, and writes what this builds.
+runner, `aggregator.Aggregator`, reads the streams, sends, and writes what this builds.
 """
 
 from __future__ import annotations
@@ -16,11 +21,12 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from fleet.telemetry import admission, payloads
-from fleet.telemetry.accumulators import Acc, derive
-from fleet.telemetry.ingest import verify
-from fleet.telemetry.registry import NodeInfo, Registry
-from fleet.telemetry.samples import InvalidSample, normalize
+from fleet.telemetry import admission, canonical, payloads
+from fleet.telemetry.accumulators import Acc, derive, estimate_alpha, positions
+from fleet.telemetry.ingest import SHARDS, Verifier, unpack
+from fleet.telemetry.merge import Merge, aged, compose_row, remember
+from fleet.telemetry.registry import Registry
+from fleet.telemetry.samples import InvalidSample
 
 log = logging.getLogger("fleet.telemetry.aggregator")  # one logger for the whole aggregator
 
@@ -29,7 +35,10 @@ STALE_AFTER_S = 10.0
 ROLLUP_S = 10
 ROLLUP_LONG_S = 300
 PENDING_MAX = 20_000
-SNAPSHOT_FULL_S = 5.0
+SNAPSHOT_FULL_S = 10.0  # every node's snapshot field is rewritten at least this often
+SNAPSHOT_SLICE_MAX = 150  # ... unless that is more than this many a tick (then less often)
+SNAPSHOT_MIN_S = 10.0  # and a changed one at most this often (the node page has its socket)
+FULL_ROWS_S = 5.0  # every node's figure row goes to the merge at least this often
 # The fleet's rollup rows (scope "fleet"): all nodes, the real ones, the simulated ones.
 FLEET_ALL, FLEET_REAL, FLEET_SIMULATED = 0, 1, 2
 
@@ -38,68 +47,130 @@ FLEET_ALL, FLEET_REAL, FLEET_SIMULATED = 0, 1, 2
 class NodeLive:
     window: deque = field(default_factory=deque)  # (arrival, expires, sample)
     live: Acc = field(default_factory=Acc)
-    total: Acc = field(default_factory=Acc)  # since the aggregator started: /metrics counters
+    total: Acc = field(default_factory=Acc)  # closed buckets since the start (+ bucket)
     bucket: Acc = field(default_factory=Acc)  # current 10 s rollup bucket
     long: Acc = field(default_factory=Acc)  # current 5 min rollup bucket
     last: dict | None = None
     last_arrival: float = 0.0
-    dirty: bool = True
-    stats: dict | None = None
+    dirty: bool = True  # the window changed since `fig` was computed
+    fig: list | None = None  # the row figures (merge.POWER ...), None: no live samples
+    stats: dict | None = None  # derive(live), computed when asked (`Aggregation.stats_of`)
+    stats_fresh: bool = False
     last_measured: dict | None = None  # LastMeasured without age_s
+    written_at: float = -math.inf  # its snapshot field
+    snap_dirty: bool = True  # its figures or facts changed since that was written
 
 
 def _now_iso(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, tz=UTC)
 
 
+def _bucket_of(ts: float) -> float:
+    return math.floor(ts / ROLLUP_S) * ROLLUP_S
+
+
 class Aggregation:
     """The aggregator's state and arithmetic, without the loop: feed it stream entries
-    (`ingest_entry`), ask it what a tick sends (`build`) and which rollups are due
-    (`close_buckets`). Clock-injected: every method takes `now`."""
+    (`ingest_entry`), ask it what a tick reports (`partial`, or `build` for everything) and
+    which rollups are due (`close_buckets`). Clock-injected: every method takes `now`."""
 
     def __init__(self, *, tick_s: float = 0.5, clock=time.time, registry: Registry | None = None):
         self.tick_s = tick_s
         self.clock = clock
         self.registry = registry or Registry()
+        self.owned: frozenset[int] | None = None  # shards; None: every shard
         self.nodes: dict[int, NodeLive] = {}
         self.pending: deque = deque(maxlen=PENDING_MAX)
         self.dropped: Counter = Counter()
         self.samples_ok = 0
         self.newest_ts: float | None = None
         self.started = clock()
-        self.bucket_start = math.floor(self.started / ROLLUP_S) * ROLLUP_S
+        self.bucket_start = _bucket_of(self.started)
         self.long_start = math.floor(self.started / ROLLUP_LONG_S) * ROLLUP_LONG_S
+        # samples that arrived in an already closed bucket (re-read after a takeover):
+        # bucket start -> node id -> Acc, closed on the next close_buckets
+        self.late: dict[float, dict[int, Acc]] = {}
+        self.ahead: dict[float, dict[int, Acc]] = {}  # arrived after the current bucket
         self.messages_sent = 0
-        self._written_fields: set[str] = set()
+        self.merge = Merge()
         self._snapshot_cursor = 0
+        self._rows_cursor = 0
         self.tick_work_s = 0.0
         self.tick_work_max_s = 0.0
-        # last acceptance figures per pipeline / fleet class, kept when traffic stops
-        self.last_measured: dict[tuple, dict | None] = {}
+        self.agg_id = "local"
+        self.verify = Verifier()
+        self._long_acc: dict[float, list] = {}  # close_buckets' in-process 5 min sums
 
-    # --- ingest -------------------------------------------------------------------------------
+    @property
+    def last_measured(self) -> dict:
+        return self.merge.last_measured
+
+    # --- ownership and registry -----------------------------------------------------------------
+    def owns(self, node_id: int) -> bool:
+        return self.owned is None or node_id % SHARDS in self.owned
+
+    def set_owned(self, shards: frozenset[int] | None) -> set[int]:
+        """Own these shards from now on; forget the nodes of shards given away (their new
+        owner re-reads what it needs). The shards newly taken."""
+        before = self.owned if self.owned is not None else frozenset(range(SHARDS))
+        after = shards if shards is not None else frozenset(range(SHARDS))
+        self.owned = shards
+        for nid in [n for n in self.nodes if n % SHARDS not in after]:
+            del self.nodes[nid]
+        for aside in (self.late, self.ahead):
+            for start in list(aside):
+                aside[start] = {n: a for n, a in aside[start].items() if n % SHARDS in after}
+        return set(after - before)
+
     def set_registry(self, registry: Registry) -> None:
         changed = {
             nid for nid, info in registry.nodes.items() if self.registry.nodes.get(nid) != info
         }
         self.registry = registry
-        for nid in changed:
-            if nid in self.nodes:
-                self.nodes[nid].dirty = True
+        self._mark_changed(changed)
         for nid in list(self.nodes):
             if nid not in registry.nodes:  # retired or deleted
                 del self.nodes[nid]
+        self.merge.forget([nid for nid in self.merge.figs if nid not in registry.nodes])
         pending, self.pending = list(self.pending), deque(maxlen=PENDING_MAX)
         for fields, arrival in pending:
             self.ingest_entry(fields, now=arrival, retry=False)
 
+    def patch_registry(self, update: Registry, gone: set[int]) -> None:
+        """Apply a partial registry (the nodes of a state-change notice): `update`'s nodes and
+        keys replace ours, `gone` nodes (retired, deleted) leave."""
+        reg = self.registry
+        nodes, keys = dict(reg.nodes), dict(reg.keys)
+        changed = {nid for nid, info in update.nodes.items() if nodes.get(nid) != info}
+        nodes.update(update.nodes)
+        for nid in update.nodes:
+            keys[nid] = update.keys.get(nid, [])
+        for nid in gone:
+            nodes.pop(nid, None)
+            keys.pop(nid, None)
+            self.nodes.pop(nid, None)
+        self.merge.forget(gone)
+        pipelines = update.pipelines or reg.pipelines
+        self.registry = Registry(nodes=nodes, pipelines=pipelines, keys=keys)
+        self._mark_changed(changed)
+
+    def _mark_changed(self, node_ids) -> None:
+        for nid in node_ids:
+            state = self.nodes.get(nid)
+            if state is not None:
+                state.dirty = True
+                state.snap_dirty = True
+                state.written_at = -math.inf  # its snapshot field shows the new facts now
+
+    # --- ingest -------------------------------------------------------------------------------
     def ingest_entry(self, fields: dict, *, now: float, retry: bool = True) -> bool:
         """One stream entry {node, body, sig}: verify, parse, add. False if dropped."""
         try:
-            node_id = int(_text(fields.get(b"node", fields.get("node"))))
-            body = fields.get(b"body", fields.get("body"))
-            signature = _text(fields.get(b"sig", fields.get("sig")))
-        except (TypeError, ValueError):
+            entry = unpack(fields)
+            node_id, body, signature = int(entry["node"]), entry["body"], entry["sig"]
+            if not isinstance(signature, bytes | str):
+                raise TypeError("sig")
+        except (TypeError, ValueError, KeyError, AttributeError):
             self.dropped["malformed"] += 1
             return False
         if node_id not in self.registry.nodes:
@@ -108,12 +179,12 @@ class Aggregation:
             else:
                 self.dropped["unknown_node"] += 1
             return False
-        if body is None or not verify(body, signature, self.registry.keys.get(node_id, ())):
+        if body is None or not self.verify(body, signature, self.registry.keys.get(node_id, ())):
             self.dropped["bad_signature"] += 1
             return False
         try:
-            sample = normalize(json.loads(body))
-        except (ValueError, InvalidSample, RecursionError):
+            sample = canonical.load(body)
+        except (ValueError, InvalidSample, RecursionError, TypeError):
             self.dropped["malformed"] += 1
             return False
         reason = self.unbelievable(node_id, sample, now=now)
@@ -148,12 +219,21 @@ class Aggregation:
         if state is None:
             state = self.nodes[node_id] = NodeLive()
         expires = now + max(LIVE_WINDOW_S, 2.0 * sample["interval_s"])
-        state.window.append((now, expires, sample))
-        state.live.add_sample(sample)
-        state.total.add_sample(sample)
-        state.bucket.add_sample(sample)
+        state.stats_fresh = False
+        if expires > self.clock():  # a re-read old sample feeds rollups only
+            state.window.append((now, expires, sample))
+            state.live.add_sample(sample)
+        if self.bucket_start <= now < self.bucket_start + ROLLUP_S:
+            state.bucket.add_sample(sample)
+        else:  # re-read after a takeover (late), or read before its bucket opened (ahead)
+            aside = self.late if now < self.bucket_start else self.ahead
+            accs = aside.setdefault(_bucket_of(now), {})
+            acc = accs.get(node_id)
+            if acc is None:
+                accs[node_id] = acc = Acc()
+            acc.add_sample(sample)
         state.last = sample
-        state.last_arrival = now
+        state.last_arrival = max(state.last_arrival, now)
         state.dirty = True
         self.samples_ok += 1
         if self.newest_ts is None or sample["ts"] > self.newest_ts:
@@ -166,302 +246,357 @@ class Aggregation:
                 _, _, sample = window.popleft()
                 state.live.add_sample(sample, sign=-1)
                 state.dirty = True
+                state.stats_fresh = False
             if not window and state.live.n:
                 state.live = Acc()  # drop float residue
 
-    # --- live messages -------------------------------------------------------------------------
-    def _row(self, info: NodeInfo, state: NodeLive | None, now: float) -> payloads.NodeRow:
-        stats = state.stats if state else None
-        last = state.last if state else None
-        fresh = state is not None and now - state.last_arrival <= STALE_AFTER_S
-        return {
-            "id": info.id,
-            "name": info.name,
-            "state": info.state,
-            "role": info.role or (last["role"] if last else None),
-            "pipeline": info.pipeline_id,
-            "sim": info.simulated or bool(last and last["simulated"]),
-            "kind": info.kind,
-            "power_w": stats["power_w"] if stats else None,
-            "src": last["power_source"] if (last and fresh) else None,
-            "util": stats["utilization"] if stats else None,
-            "batch": stats["batch_mean"] if stats else None,
-            "tps": stats["tokens_per_s"] if stats else None,
-            "acc": stats["acceptance_rate"] if stats else None,
-            "seen_s": round(now - state.last_arrival, 1) if state and state.last else None,
-        }
+    # --- figures ------------------------------------------------------------------------------
+    def stats_of(self, state: NodeLive) -> dict | None:
+        """derive() of the node's window (computed when a node message or snapshot needs it)."""
+        if not state.stats_fresh:
+            state.stats = derive(state.live, state.live.dur) if not state.live.empty else None
+            state.stats_fresh = True
+        return state.stats
 
-    def build(self, now: float) -> dict:
-        """Everything one tick sends and stores: {"fleet", "wall", "pipelines": {id: msg},
-        "node_rows": {id: row}, "snapshot": {field: json to write}, "fields": {every field}}.
+    def _refresh(self, state: NodeLive, now: float) -> bool:
+        """Recompute a dirty node's row figures; True if they changed."""
+        state.dirty = False
+        state.stats_fresh = False
+        live = state.live
+        last = state.last
+        if live.empty:
+            fig = None
+        else:
+            fig = _figures(live)
+            if fig[5] is not None:  # acceptance measured: remember it
+                state.last_measured = remember(state.last_measured, _acceptance(live), now)
+        if last is not None:
+            if fig is None:
+                fig = [None] * 6
+            fig[1] = last["power_source"]
+            fig += [state.last_arrival, last["role"], last["simulated"]]
+        changed = fig != state.fig
+        state.fig = fig
+        if changed:
+            state.snap_dirty = True
+        return changed
 
-        Costs O(nodes + pipelines): a node's figures are re-derived only when its window
-        changed, pipelines sum their nodes' per-second rates, the fleet sums the pipelines.
-        Node snapshot fields are rewritten when they changed, and each at least every
-        SNAPSHOT_FULL_S in a rotating slice (so ages stay right for first renders)."""
+    def partial(self, now: float, *, full: bool = False) -> dict:
+        """What this process reports to the merge this tick: per owned shard, the rate sums of
+        its reporting nodes by (pipeline, simulated) and how many report; the figure rows of
+        the nodes whose figures changed (all of them with `full`, and a rotating slice each
+        tick, so a new leader knows every row within FULL_ROWS_S)."""
         self.expire(now)
         reg = self.registry
-        # per (pipeline or None, simulated): each node is added once; pipelines, the real and
-        # simulated classes and the fleet are sums of these few groups
-        groups: dict[tuple[int | None, bool], Acc] = {}
-        pipe_rows: dict[int, list] = {pid: [] for pid in reg.pipelines}
-        counts: dict[int, Counter] = {pid: Counter() for pid in reg.pipelines}
-        rows: list[payloads.NodeRow] = []
-        node_rows: dict[int, payloads.NodeRow] = {}
-        changed: set[int] = set()
-        states: Counter = Counter()
-        simulated = 0
-        reporting: Counter = Counter()
-        for nid, info in reg.nodes.items():
-            state = self.nodes.get(nid)
-            if state is not None and state.dirty:
-                state.stats = derive(state.live, state.live.dur) if not state.live.empty else None
-                state.last_measured = _remember(state.last_measured, state.stats, now)
-                state.dirty = False
-                changed.add(nid)
-            row = self._row(info, state, now)
-            rows.append(row)
-            node_rows[nid] = row
-            states[info.state] += 1
-            simulated += row["sim"]
-            pid = info.pipeline_id
-            placed = pid in reg.pipelines
-            if placed:
-                pipe_rows[pid].append(row)
-                if info.role:
-                    counts[pid][info.role] += 1
-            if state is not None and not state.live.empty:
-                key = (pid if placed else None, row["sim"])
-                group = groups.get(key)
-                if group is None:
-                    group = groups[key] = Acc()
-                group.add_rates_of(state.live)
-                reporting[row["sim"]] += 1
-        pipe_accs: dict[int, Acc] = {}
-        for pid in reg.pipelines:
-            real, sim = groups.get((pid, False)), groups.get((pid, True))
-            if real is not None and sim is not None:
-                real = real.copy()
-                real.add(sim)
-            pipe_accs[pid] = real or sim or Acc()
-        # the headline KPIs never mix classes: real and simulated nodes are summed apart
-        by_class = {False: Acc(), True: Acc()}
-        for (_, sim_group), acc in groups.items():
-            by_class[sim_group].add(acc)
-        fleet_acc = by_class[False].copy()
-        fleet_acc.add(by_class[True])
-        fleet_stats = derive(fleet_acc, 1.0)
-        kpis = {
-            sim: self._kpis(
-                ("fleet", sim),
-                derive(by_class[sim], 1.0),
-                nodes=simulated if sim else len(rows) - simulated,
-                reporting=reporting[sim],
-                now=now,
-            )
-            for sim in (False, True)
-        }
-        summaries: list[payloads.PipelineSummary] = []
-        pipeline_msgs: dict[int, payloads.PipelineUpdate] = {}
-        for key in [k for k in self.last_measured if k[0] == "p" and k[1] not in reg.pipelines]:
-            del self.last_measured[key]  # a deleted pipeline
-        for pid, pinfo in reg.pipelines.items():
-            pstats = derive(pipe_accs[pid], 1.0)
-            summary: payloads.PipelineSummary = {
-                "id": pid,
-                "name": pinfo.name,
-                "simulated": pinfo.simulated,
-                "drafters": counts[pid]["draft"],
-                "verifiers": counts[pid]["verify"],
-                "stats": pstats,
-                "last_measured": self._last(("p", pid), pstats, now),
-            }
-            summaries.append(summary)
-            pipeline_msgs[pid] = {
-                "type": "pipeline.update",
-                "ts": now,
-                "newest_ts": self.newest_ts,
-                "pipeline": summary,
-                "config": pinfo.config,
-                "nodes": pipe_rows[pid],
-            }
-        totals: payloads.FleetTotals = {
-            "nodes": len(rows),
-            "states": dict(states),
-            "power_w": fleet_stats["power_w"],
-            "power_source": fleet_stats["power_source"],
-            "tokens_per_s": fleet_stats["tokens_per_s"],
-            "tokens_per_j": fleet_stats["tokens_per_j"],
-            "simulated_nodes": simulated,
-        }
-        wall: payloads.FleetUpdate = {
-            "type": "fleet.update",
+        shards = self.owned if self.owned is not None else range(SHARDS)
+        groups: dict[int, dict] = {s: {} for s in shards}
+        reporting = {s: [0, 0] for s in shards}
+        rows: dict[int, list | None] = {}
+        for nid, state in self.nodes.items():
+            if state.dirty and self._refresh(state, now):
+                rows[nid] = state.fig
+            live = state.live
+            if live.empty or live.dur <= 0:
+                continue
+            info = reg.nodes.get(nid)
+            if info is None:
+                continue
+            sim = bool(info.simulated or (state.last and state.last["simulated"]))
+            pid = info.pipeline_id if info.pipeline_id in reg.pipelines else None
+            shard = groups.get(nid % SHARDS)
+            if shard is None:  # not ours (a test feeding any node): left out
+                continue
+            group = shard.get((pid, sim))
+            if group is None:
+                shard[(pid, sim)] = group = Acc()
+            group.add(live, 1.0 / live.dur)
+            reporting[nid % SHARDS][sim] += 1
+        order = list(self.nodes)
+        if full:
+            rows.update((nid, self.nodes[nid].fig) for nid in order)
+        elif order:
+            per_tick = -(-len(order) // max(1, round(FULL_ROWS_S / max(self.tick_s, 0.05))))
+            start = self._rows_cursor % len(order)
+            for nid in order[start : start + per_tick]:
+                rows[nid] = self.nodes[nid].fig
+            self._rows_cursor = start + per_tick
+        return {
+            "agg": self.agg_id,
             "ts": now,
             "newest_ts": self.newest_ts,
-            "totals": totals,
-            "kpis": kpis[False],
-            "kpis_simulated": kpis[True],
-            "stats": fleet_stats,
-            "pipelines": summaries,
+            "samples": self.samples_ok,
+            "dropped": dict(self.dropped),
+            "groups": {
+                s: [(pid, sim, acc) for (pid, sim), acc in g.items()] for s, g in groups.items()
+            },
+            "reporting": reporting,
+            "rows": {nid: fig for nid, fig in rows.items() if fig is not None},
         }
-        fleet: payloads.FleetUpdate = {**wall, "nodes": rows}
-        snapshot = {
-            "fleet": json.dumps(wall),
-            "meta": json.dumps(
-                {
-                    "ts": now,
-                    "started": self.started,
-                    "samples": self.samples_ok,
-                    "dropped": dict(self.dropped),
-                    "tick_s": self.tick_s,
-                    # how long the previous ticks took to build and send (s): last, max
-                    "tick_work_s": round(self.tick_work_s, 4),
-                    "tick_work_max_s": round(self.tick_work_max_s, 4),
-                }
-            ),
-        }
-        fields = {"fleet", "meta"}
-        for pid, msg in pipeline_msgs.items():
-            snapshot[f"p:{pid}"] = json.dumps(msg)
-            fields.add(f"p:{pid}")
-        # Besides the changed nodes, rewrite a rotating slice, so every node's field is at
-        # most SNAPSHOT_FULL_S old without a spike of work every SNAPSHOT_FULL_S.
-        order = list(node_rows)
+
+    def node_snapshot(self, now: float) -> dict[str, str]:
+        """The snapshot fields of this process's nodes due now: never written, changed (at
+        most every SNAPSHOT_MIN_S), or in the rotating slice (each every SNAPSHOT_FULL_S)."""
+        reg = self.registry
+        order = [nid for nid in reg.nodes if self.owns(nid)]
         per_tick = -(-len(order) // max(1, round(SNAPSHOT_FULL_S / max(self.tick_s, 0.05))))
+        per_tick = min(per_tick, SNAPSHOT_SLICE_MAX)  # 10,000 nodes: each every ~33 s
         start = self._snapshot_cursor % len(order) if order else 0
         refresh = set(order[start : start + per_tick])
         self._snapshot_cursor = start + per_tick
+        out = {}
+        # Beyond the slice: nodes with new facts (a state change), and in a small fleet those
+        # whose figures changed; a few hundred a tick at most (a big fleet has its slice).
+        budget = 100
+        small = per_tick < 50
         for nid in order:
-            fields.add(f"n:{nid}")
-            if nid in changed or nid in refresh:
-                snapshot[f"n:{nid}"] = json.dumps(self.node_message(nid, node_rows, now, True))
-        return {
-            "fleet": fleet,
-            "wall": wall,
-            "pipelines": pipeline_msgs,
-            "node_rows": node_rows,
-            "snapshot": snapshot,
-            "fields": fields,
-        }
+            state = self.nodes.get(nid)
+            if state is not None:
+                due = state.written_at == -math.inf or (
+                    small and state.snap_dirty and now - state.written_at >= SNAPSHOT_MIN_S
+                )
+                if nid not in refresh:
+                    if not due or budget <= 0:
+                        continue
+                    budget -= 1
+                state.written_at = now
+                state.snap_dirty = False
+            elif nid not in refresh:
+                continue
+            out[f"n:{nid}"] = json.dumps(self.node_message(nid, None, now, totals=True))
+        return out
 
     def node_message(
-        self, nid: int, node_rows: dict, now: float, totals: bool = False
+        self, nid: int, node_rows: dict | None, now: float, totals: bool = False
     ) -> payloads.NodeUpdate:
+        """A node-<id> group's message (this process owns the node). Its row is the merged
+        one when `node_rows` has it, else composed from this process's own figures."""
         state = self.nodes.get(nid)
+        if node_rows is not None and nid in node_rows:
+            row = node_rows[nid]
+        else:
+            row = compose_row(self.registry.nodes[nid], state.fig if state else None, now)
         message: dict = {
             "type": "node.update",
             "ts": now,
             "newest_ts": self.newest_ts,
-            "node": node_rows[nid],
-            "stats": (state.stats if state else None) or {},
-            "last_measured": _aged(state.last_measured, now) if state else None,
+            "node": row,
+            "stats": (self.stats_of(state) if state else None) or {},
+            "last_measured": aged(state.last_measured, now) if state else None,
         }
         if totals:
-            message["totals"] = _totals(state) if state else None
+            message["totals"] = self._totals(nid, state) if state else None
         return message
 
-    def _last(self, key, stats: dict, now: float) -> payloads.LastMeasured | None:
-        self.last_measured[key] = remembered = _remember(self.last_measured.get(key), stats, now)
-        return _aged(remembered, now)
-
-    def _kpis(self, key, stats: dict, *, nodes: int, reporting: int, now: float) -> payloads.Kpis:
-        return {
-            "nodes": nodes,
-            "reporting": reporting,
-            "tokens_per_s": stats["tokens_per_s"],
-            "power_w": stats["power_w"],
-            "power_source": stats["power_source"],
-            "power_draft_w": stats["power_draft_w"],
-            "power_verify_w": stats["power_verify_w"],
-            "tokens_per_j": stats["tokens_per_j"],
-            "tokens_per_j_draft": stats["tokens_per_j_draft"],
-            "tokens_per_j_verify": stats["tokens_per_j_verify"],
-            "acceptance_rate": stats["acceptance_rate"],
-            "mean_acceptance_length": stats["mean_acceptance_length"],
-            "alpha": stats["alpha"],
-            "last_measured": self._last(key, stats, now),
+    def build(self, now: float) -> dict:
+        """Everything one tick sends and stores when this process serves the whole fleet:
+        {"fleet", "wall", "pipelines": {id: msg}, "node_rows": {id: row},
+        "snapshot": {field: json to write}, "fields": {every field}}."""
+        self.merge.apply(self.partial(now))
+        built = self.merge.build(now, self.registry)
+        built["snapshot"]["meta"] = self.meta(now, built["counters"])
+        built["snapshot"].update(self.node_snapshot(now))
+        built["fields"] = {"fleet", "meta", *(f"p:{p}" for p in self.registry.pipelines)} | {
+            f"n:{nid}" for nid in self.registry.nodes
         }
+        return built
+
+    def meta(self, now: float, counters: dict) -> str:
+        return json.dumps(
+            {
+                "ts": now,
+                "started": self.started,
+                "samples": counters["samples"],
+                "dropped": counters["dropped"],
+                "tick_s": self.tick_s,
+                # how long the previous ticks took to build and send (s): last, max
+                "tick_work_s": round(self.tick_work_s, 4),
+                "tick_work_max_s": round(self.tick_work_max_s, 4),
+            }
+        )
+
+    def _totals(self, nid: int, state: NodeLive) -> dict:
+        """Counters since the start: closed buckets, the open one and those set aside."""
+        aside = [accs[nid] for accs in (*self.late.values(), *self.ahead.values()) if nid in accs]
+        return _totals(state, *aside)
 
     # --- rollups ------------------------------------------------------------------------------
-    def close_buckets(self, now: float) -> list[dict]:
-        """Rollup rows for every bucket that ended before `now` (dicts of Rollup fields)."""
+    def close_shard_buckets(self, now: float) -> tuple[list[dict], list[tuple]]:
+        """Close every bucket that ended before `now`: (node rollup rows, shard sums), the sums
+        as (resolution, start, field, span, {pipeline id | None: Acc}) for the leader, one per
+        owned shard and bucket (5 min sums per 10 s bucket, so a rebuilt one replaces itself)."""
         rows: list[dict] = []
+        sums: list[tuple] = []
+        for start in sorted(self.late):
+            late = self.late.pop(start)
+            if start >= self.bucket_start:  # not closed yet after all: fold it in
+                for nid, acc in late.items():
+                    if nid in self.nodes:
+                        self.nodes[nid].bucket.add(acc)
+                continue
+            rows += self._close(ROLLUP_S, start, late, sums)
         if now < self.bucket_start + ROLLUP_S:
-            return rows
-        rows += self._close(ROLLUP_S, self.bucket_start, "bucket")
+            return rows, sums
+        buckets = {nid: state.bucket for nid, state in self.nodes.items() if not state.bucket.empty}
+        rows += self._close(ROLLUP_S, self.bucket_start, buckets, sums)
         for state in self.nodes.values():
             state.long.add(state.bucket)
+            state.total.add(state.bucket)
             state.bucket = Acc()
-        self.bucket_start = math.floor(now / ROLLUP_S) * ROLLUP_S
+        self.bucket_start = _bucket_of(now)
+        for start in [s for s in self.ahead if s <= self.bucket_start]:
+            accs = self.ahead.pop(start)
+            if start < self.bucket_start:  # skipped over (a stall): closes as a late bucket
+                self.late[start] = accs
+                continue
+            for nid, acc in accs.items():
+                if nid in self.nodes:
+                    self.nodes[nid].bucket.add(acc)
         if now >= self.long_start + ROLLUP_LONG_S:
-            rows += self._close(ROLLUP_LONG_S, self.long_start, "long")
+            longs = {nid: state.long for nid, state in self.nodes.items() if not state.long.empty}
+            span = self._span(ROLLUP_LONG_S, self.long_start)
+            when = _now_iso(self.long_start)
+            if span > 0:
+                rows += [
+                    _rollup("node", nid, ROLLUP_LONG_S, when, derive(acc, span))
+                    for nid, acc in longs.items()
+                ]
             for state in self.nodes.values():
                 state.long = Acc()
             self.long_start = math.floor(now / ROLLUP_LONG_S) * ROLLUP_LONG_S
-        return rows
+        return rows, sums
 
-    def _close(self, resolution: int, start: float, attr: str) -> list[dict]:
-        span = start + resolution - max(start, self.started)
+    def _span(self, resolution: int, start: float) -> float:
+        return start + resolution - max(start, self.started)
+
+    def _close(self, resolution: int, start: float, accs: dict, sums: list) -> list[dict]:
+        span = self._span(resolution, start)
         if span <= 0:
             return []
         when = _now_iso(start)
         rows = []
-        fleet = Acc()
-        by_class = {False: Acc(), True: Acc()}  # real and simulated nodes apart
-        pipes: dict[int, Acc] = {}
-        for nid, state in self.nodes.items():
-            acc: Acc = getattr(state, attr)
-            if acc.empty:
-                continue
+        by_shard: dict[int, dict] = {s: {} for s in (self.owned or range(SHARDS))}
+        reg = self.registry
+        for nid, acc in accs.items():
             rows.append(_rollup("node", nid, resolution, when, derive(acc, span)))
-            fleet.add(acc)
-            info = self.registry.nodes.get(nid)
-            simulated = bool((info and info.simulated) or (state.last or {}).get("simulated"))
-            by_class[simulated].add(acc)
-            if info and info.pipeline_id is not None:
-                pipes.setdefault(info.pipeline_id, Acc()).add(acc)
-        for pid, acc in pipes.items():
-            rows.append(_rollup("pipeline", pid, resolution, when, derive(acc, span)))
-        if not fleet.empty:
-            rows.append(_rollup("fleet", FLEET_ALL, resolution, when, derive(fleet, span)))
-        for simulated, acc in by_class.items():
-            if not acc.empty:
-                scope_id = FLEET_SIMULATED if simulated else FLEET_REAL
-                rows.append(_rollup("fleet", scope_id, resolution, when, derive(acc, span)))
+            info = reg.nodes.get(nid)
+            pid = info.pipeline_id if info else None
+            state = self.nodes.get(nid)
+            last = state.last if state is not None else None
+            sim = bool((info and info.simulated) or (last or {}).get("simulated"))
+            sums_of = by_shard.setdefault(nid % SHARDS, {})
+            if (pid, sim) not in sums_of:
+                sums_of[(pid, sim)] = Acc()
+            sums_of[(pid, sim)].add(acc)
+        long_start = math.floor(start / ROLLUP_LONG_S) * ROLLUP_LONG_S
+        for shard, groups in by_shard.items():
+            sums.append((resolution, start, str(shard), span, groups))
+            sums.append((ROLLUP_LONG_S, long_start, f"{shard}:{int(start)}", span, groups))
+        return rows
+
+    def close_buckets(self, now: float) -> list[dict]:
+        """Rollup rows for every bucket that ended before `now` (dicts of Rollup fields), the
+        pipeline and fleet ones summed in-process (this process owning every shard)."""
+        rows, sums = self.close_shard_buckets(now)
+        ten = [(start, span, groups) for res, start, _, span, groups in sums if res == ROLLUP_S]
+        for start, span, groups in _by_start(ten):
+            rows += scope_rollups(ROLLUP_S, start, span, groups)
+            self._long_acc.setdefault(math.floor(start / ROLLUP_LONG_S) * ROLLUP_LONG_S, []).extend(
+                groups
+            )
+        for long_start in [s for s in self._long_acc if s + ROLLUP_LONG_S <= now]:
+            merged: dict = {}
+            for groups in self._long_acc.pop(long_start):
+                _add_groups(merged, groups)
+            span = self._span(ROLLUP_LONG_S, long_start)
+            if span > 0:
+                rows += scope_rollups(ROLLUP_LONG_S, long_start, span, [merged])
         return rows
 
 
-LAST_MEASURED_FIELDS = ("acceptance_rate", "alpha", "mean_acceptance_length")
+def _by_start(items: list) -> list[tuple[float, float, list]]:
+    out: dict[float, tuple[float, list]] = {}
+    for start, span, groups in items:
+        held = out.setdefault(start, (span, []))
+        held[1].append(groups)
+    return [(start, span, groups) for start, (span, groups) in sorted(out.items())]
 
 
-def _remember(last: dict | None, stats: dict | None, now: float) -> dict | None:
-    """The last acceptance figures measured: `stats`' when it has any, else `last` (kept)."""
-    if not stats or stats.get("acceptance_rate") is None:
-        return last
-    out = {name: stats.get(name) for name in LAST_MEASURED_FIELDS}
-    tps = stats.get("tokens_per_s")
-    out["tokens_per_s"] = tps if tps else (last or {}).get("tokens_per_s")
-    out["last_measured_at"] = now
-    return out
+def _add_groups(into: dict, groups: dict) -> None:
+    for pid, acc in groups.items():
+        if pid not in into:
+            into[pid] = Acc()
+        into[pid].add(acc)
 
 
-def _aged(last: dict | None, now: float) -> payloads.LastMeasured | None:
-    if last is None:
-        return None
-    age = round(max(now - last["last_measured_at"], 0.0), 1)
-    return {**last, "age_s": age}
+def scope_rollups(resolution: int, start: float, span: float, shard_groups: list) -> list[dict]:
+    """Pipeline and fleet rollup rows of one bucket from the shards' {(pipeline, simulated):
+    Acc} sums: one row per pipeline; the fleet's for all nodes, the real and the simulated."""
+    merged: dict = {}
+    for groups in shard_groups:
+        _add_groups(merged, groups)
+    when = _now_iso(start)
+    rows = []
+    pipes: dict[int, Acc] = {}
+    by_class = {False: Acc(), True: Acc()}  # real and simulated nodes apart
+    for (pid, sim), acc in merged.items():
+        if acc.empty:
+            continue
+        by_class[bool(sim)].add(acc)
+        if pid is not None:
+            if pid not in pipes:
+                pipes[pid] = Acc()
+            pipes[pid].add(acc)
+    for pid, acc in pipes.items():
+        rows.append(_rollup("pipeline", pid, resolution, when, derive(acc, span)))
+    fleet = by_class[False].copy()
+    fleet.add(by_class[True])
+    if not fleet.empty:
+        rows.append(_rollup("fleet", FLEET_ALL, resolution, when, derive(fleet, span)))
+    for simulated, acc in by_class.items():
+        if not acc.empty:
+            scope_id = FLEET_SIMULATED if simulated else FLEET_REAL
+            rows.append(_rollup("fleet", scope_id, resolution, when, derive(acc, span)))
+    return rows
 
 
-def _text(value) -> str:
-    if isinstance(value, bytes):
-        return value.decode()
-    if value is None:
-        raise ValueError("missing")
-    return str(value)
+def _figures(acc: Acc) -> list:
+    """The row figures of a node's window, as derive() computes them (power_w, src, util,
+    batch, tps, acc), without the rest of derive()'s work."""
+    span = acc.dur if acc.dur > 1e-9 else 0.0
+    steps = sum(acc.batch_hist.values())
+    batch = (
+        round(sum(size * count for size, count in acc.batch_hist.items()) / steps, 2)
+        if steps > 0
+        else None
+    )
+    return [
+        round(acc.power_int / span, 1) if span else None,
+        None,  # src: the last sample's, filled in by _refresh
+        round(acc.util_int / acc.dur, 3) if acc.dur > 0 else None,
+        batch,
+        round(acc.gen_tokens / span, 2) if span else None,
+        round(acc.accepted / acc.draft_tokens, 4) if acc.draft_tokens > 0 else None,
+    ]
 
 
-def _totals(state: NodeLive) -> dict:
-    t = state.total
+def _acceptance(acc: Acc) -> dict:
+    drafts = acc.drafts
+    alpha = estimate_alpha(positions(acc.per_pos, acc.per_pos_drafts)) if drafts > 0 else None
+    span = acc.dur if acc.dur > 1e-9 else 0.0
+    return {
+        "acceptance_rate": round(acc.accepted / acc.draft_tokens, 4)
+        if acc.draft_tokens > 0
+        else None,
+        "alpha": round(alpha, 4) if alpha is not None else None,
+        "mean_acceptance_length": round(1 + acc.accepted / drafts, 4) if drafts > 0 else None,
+        "tokens_per_s": round(acc.gen_tokens / span, 2) if span else None,
+    }
+
+
+def _totals(state: NodeLive, *open_accs: Acc) -> dict:
+    t = state.total.copy()
+    for acc in (state.bucket, *open_accs):
+        t.add(acc)
     last = state.last or {}
     return {
         "num_drafts": t.drafts,

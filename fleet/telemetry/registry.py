@@ -54,13 +54,27 @@ def pipeline_config(p: Pipeline) -> dict:
 
 
 def load_registry() -> Registry:
+    return _load(None)
+
+
+def load_nodes(node_ids) -> tuple[Registry, set[int]]:
+    """Just these nodes (and every pipeline): (their registry, the ids no longer in it —
+    retired or deleted). For a state-change notice (`fleet.telemetry.notices`)."""
+    ids = {int(n) for n in node_ids}
+    registry = _load(ids)
+    return registry, ids - set(registry.nodes)
+
+
+def _load(ids: set[int] | None) -> Registry:
+    only = {} if ids is None else {"node_id__in": ids}
     placements = {
         pl.node_id: (pl.pipeline_id, pl.role)
-        for pl in Placement.objects.only("node_id", "pipeline_id", "role")
+        for pl in Placement.objects.filter(**only).only("node_id", "pipeline_id", "role")
     }
     nodes = {}
     for n in (
         Node.objects.not_retired()
+        .filter(**({} if ids is None else {"pk__in": ids}))
         .select_related("profile")
         .only(
             "id",
@@ -92,9 +106,8 @@ def load_registry() -> Registry:
         for p in Pipeline.objects.all()
     }
     keys: dict[int, list[str]] = {}
-    for node_id, token_hash in NodeToken.objects.filter(revoked_at__isnull=True).values_list(
-        "node_id", "token_hash"
-    ):
+    tokens = NodeToken.objects.filter(revoked_at__isnull=True, **only)
+    for node_id, token_hash in tokens.values_list("node_id", "token_hash"):
         if node_id in nodes:
             keys.setdefault(node_id, []).append(signing_key(node_id, token_hash))
     return Registry(nodes=nodes, pipelines=pipelines, keys=keys)

@@ -9,7 +9,7 @@ from django.test import Client
 from fleet.accounts.models import WallLink
 from fleet.accounts.wall_links import wall_link_create
 from fleet.telemetry.aggregator import Aggregator
-from fleet.telemetry.ingest import STREAM, client, encode
+from fleet.telemetry.ingest import STREAMS, client, encode
 from fleet.telemetry.registry import load_registry
 from fleet.telemetry.snapshot import LIVE_KEY
 from tests.conftest import PASSWORD
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture(autouse=True)
 def clean_live_state():
-    client().delete(LIVE_KEY, STREAM)
+    client().delete(LIVE_KEY, *STREAMS)
 
 
 def _login(user) -> Client:

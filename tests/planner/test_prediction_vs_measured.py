@@ -29,7 +29,7 @@ from fleet.planner import services
 from fleet.planner.model import predict
 from fleet.telemetry import rollups
 from fleet.telemetry.aggregation import Aggregation
-from fleet.telemetry.ingest import STREAM, client
+from fleet.telemetry.ingest import STREAMS, client, unpack
 from fleet.telemetry.registry import load_registry
 
 pytestmark = [
@@ -79,16 +79,17 @@ class StreamAggregator(threading.Thread):
         self.agg.set_registry(load_registry())
         self.rows: list[dict] = []
         self.stop = threading.Event()
-        self.cursor = f"{int(time.time() * 1000)}-0"
+        start = f"{int(time.time() * 1000)}-0"
+        self.cursors: Any = dict.fromkeys(STREAMS, start)
 
     def run(self) -> None:
         r = client()
         while not self.stop.is_set():
-            streams: Any = r.xread({STREAM: self.cursor}, count=2000, block=200) or []
-            for _, entries in streams:
+            streams: Any = r.xread(self.cursors, count=2000, block=200) or []
+            for stream, entries in streams:
                 for entry_id, fields in entries:
-                    self.cursor = entry_id
-                    if int(fields[b"node"]) in self.node_ids:
+                    self.cursors[stream.decode()] = entry_id
+                    if int(unpack(fields)["node"]) in self.node_ids:
                         self.agg.ingest_entry(fields, now=time.time())
             self.rows += self.agg.close_buckets(time.time())
 

@@ -10,19 +10,20 @@ from fleet.nodes.models import Node
 from fleet.pipelines.models import Pipeline, Placement
 from fleet.pipelines.services import node_drain, pipeline_set_k_policy
 from fleet.planner import simulator
-from fleet.telemetry.ingest import STREAM, client, verify
+from fleet.telemetry.ingest import STREAMS, client, unpack, verify
 from fleet.telemetry.registry import load_registry
 
 pytestmark = pytest.mark.django_db
 
 
 def _entries(r, after="0"):
-    return r.xrange(STREAM, min=after)
+    """Every shard stream's entries from `after` on."""
+    return [e for stream in STREAMS for e in r.xrange(stream, min=after)]
 
 
 def test_small_fleet_sends_signed_samples_to_the_real_stream():
     r = client()
-    start = r.xadd(STREAM, {"node": "0", "body": "{}", "sig": "x"}).decode()
+    start = r.xadd(STREAMS[0], {"node": "0", "body": "{}", "sig": "x"}).decode()
     alphas = simulator.setup_fleet(nodes=12, pipelines=2, alphas=(0.6, 0.8))
     assert Pipeline.objects.filter(simulated=True).count() == 2
     assert Node.objects.filter(simulated=True).count() == 12
@@ -41,10 +42,11 @@ def test_small_fleet_sends_signed_samples_to_the_real_stream():
     keys = load_registry().keys  # what the aggregator verifies with
     verifier_bodies = []
     for _, fields in entries:
-        node_id = int(fields[b"node"])
-        body = fields[b"body"].decode()
-        assert verify(body, fields[b"sig"].decode(), keys[node_id])
-        assert not verify(body, fields[b"sig"].decode(), [digests[node_id]])  # not the DB's
+        entry = unpack(fields)
+        node_id = int(entry["node"])
+        body = entry["body"].decode()
+        assert verify(body, entry["sig"].decode(), keys[node_id])
+        assert not verify(body, entry["sig"].decode(), [digests[node_id]])  # not the DB's
         sample = json.loads(body)
         assert sample["simulated"] is True and sample["power_source"] == "modeled"
         if sample["role"] == "verify":

@@ -7,7 +7,7 @@ import pytest
 from django.utils import timezone
 
 from fleet.telemetry.aggregator import Aggregator
-from fleet.telemetry.ingest import STREAM, client, encode, publish_sample
+from fleet.telemetry.ingest import client, encode, publish_sample, stream_of, unpack
 from fleet.telemetry.models import Rollup
 from fleet.telemetry.registry import load_registry
 from fleet.telemetry.rollups import prune, series, write
@@ -37,10 +37,11 @@ def _agg(now=1000.0):
 def test_publish_sample_puts_a_signed_entry_on_the_stream(fleet_setup):
     v, token = fleet_setup["v"]
     entry_id = publish_sample(v.id, f.verify_sample(ts=1000.0), token=token)
-    [(got_id, fields)] = client().xrange(STREAM, min=entry_id, max=entry_id)
-    assert fields[b"node"] == str(v.id).encode()
-    body = json.loads(fields[b"body"])
-    assert body["num_accepted_tokens"] == 24 and len(fields[b"sig"]) == 64
+    [(got_id, fields)] = client().xrange(stream_of(v.id), min=entry_id, max=entry_id)
+    entry = unpack(fields)  # type: ignore[arg-type]
+    assert entry["node"] == str(v.id).encode()
+    body = json.loads(entry["body"])
+    assert body["num_accepted_tokens"] == 24 and len(entry["sig"]) == 64
     agg = _agg()
     assert agg.ingest_entry(fields, now=1000.0)
     with pytest.raises(InvalidSample):

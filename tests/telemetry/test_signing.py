@@ -8,7 +8,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from fleet.telemetry.aggregator import Aggregator
-from fleet.telemetry.ingest import STREAM, client, encode
+from fleet.telemetry.ingest import client, encode, stream_of
 from fleet.telemetry.registry import load_registry
 from inference.worker.agent import Agent
 from tests.telemetry import factories as f
@@ -77,6 +77,6 @@ def test_what_an_agent_publishes_is_taken_by_the_aggregator():
     agent.telemetry_key = lambda: Agent.telemetry_key(agent)
     now = time.time()
     Agent.publish(agent, f.verify_sample(ts=now))
-    [(_, fields)] = client().xrange(STREAM)
+    [(_, fields)] = client().xrange(stream_of(v.id))
     agg = _agg(now)
     assert agg.ingest_entry(fields, now=now) and not agg.dropped

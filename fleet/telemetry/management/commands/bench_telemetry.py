@@ -1,4 +1,5 @@
-"""`manage.py bench_telemetry --nodes 1000 [--seconds 20] [--json FILE]`
+"""`manage.py bench_telemetry --nodes 1000 [--seconds 20] [--aggregators N] [--json FILE]`
+`manage.py bench_telemetry --nodes 10000 --scale-out [--json FILE]`
 
 Feeds N simulated nodes, one signed sample per node per second, through the real ingest path
 (Redis stream), with the real aggregator (`run_aggregator` subprocess) and a real ASGI server
@@ -6,7 +7,12 @@ Feeds N simulated nodes, one signed sample per node per second, through the real
 - the fleet page's socket (a logged-in viewer, /ws/live/, every node row in each message),
 - the wall's socket (a signed wall link, /ws/wall/).
 Lag = receive time - the newest sample timestamp a message includes. Prints and (with --json)
-writes nodes, lag_p50_s, lag_p99_s, lag_max_s, messages_per_s_to_browser and more.
+writes nodes, lag_p50_s, lag_p99_s, lag_max_s, messages_per_s_to_browser,
+bytes_per_s_to_browser, aggregator_cpu (cores, all aggregators), simulator_cpu (cores: the
+publishing thread, templated signed samples, `fleet.telemetry.benchload`) and more.
+
+--scale-out: no browsers; what 1 and then 2 aggregator processes absorb (samples/s) when
+offered a backlog beyond what one can take (`benchload.absorb_rate`), and the ratio.
 
 The bench creates its nodes, pipelines, user and wall link in the configured database (all
 marked simulated, names starting with `bench-`) and deletes them afterwards (--keep keeps them).
@@ -34,6 +40,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from fleet.embedded_redis import ensure_redis_url
 from fleet.env import env_str
+from fleet.telemetry import benchload
+from fleet.telemetry.ingest import SHARDS
 
 WARMUP_S = 3.0
 
@@ -67,30 +75,64 @@ class Command(BaseCommand):
         parser.add_argument("--nodes", type=int, default=1000)
         parser.add_argument("--seconds", type=float, default=20.0)
         parser.add_argument("--pipelines", type=int, default=4)
+        parser.add_argument("--aggregators", type=int, default=1, help="aggregator processes")
+        parser.add_argument(
+            "--scale-out",
+            action="store_true",
+            help="measure what 1 and 2 aggregators absorb when offered more than they can",
+        )
+        parser.add_argument("--backlog-per-node", type=int, default=6, help="with --scale-out")
+        parser.add_argument(
+            "--sockets",
+            default="fleet,wall",
+            help="browser sockets to measure: fleet (the fleet page), wall, or both",
+        )
         parser.add_argument("--json", dest="json_path", default=None)
         parser.add_argument("--keep", action="store_true", help="keep the bench rows")
 
     def handle(self, *args, nodes: int, seconds: float, pipelines: int, json_path, keep, **opts):
+        aggregators, scale_out = opts["aggregators"], opts["scale_out"]
+        sockets = tuple(x.strip() for x in opts["sockets"].split(",") if x.strip())
+        if not sockets or set(sockets) - {"fleet", "wall"}:
+            raise CommandError("--sockets: fleet, wall or fleet,wall")
         if nodes < 1 or seconds <= WARMUP_S:
             raise CommandError(f"--nodes >= 1 and --seconds > {WARMUP_S} please")
+        if not 1 <= aggregators <= SHARDS:
+            raise CommandError(f"--aggregators: 1..{SHARDS}")
         redis_server = ensure_redis_url(settings.DATA_DIR)
         settings.REDIS_URL = env_str("REDIS_URL")
         call_command("migrate", interactive=False, verbosity=0)
         run = secrets.token_hex(3)
-        procs: list[subprocess.Popen] = []
         world = None
         try:
             world = self._create(run, nodes, max(1, pipelines))
-            port = _free_port()
             env = {**os.environ, "REDIS_URL": settings.REDIS_URL, "PYTHONUNBUFFERED": "1"}
-            manage = str(Path(settings.BASE_DIR) / "manage.py")
-            aggregator = subprocess.Popen(
-                [sys.executable, manage, "run_aggregator"],
-                env=env,
-                start_new_session=True,
-                stdout=subprocess.DEVNULL,
-            )
-            procs.append(aggregator)
+            if scale_out:
+                report = self._scale_out(world, env, opts["backlog_per_node"])
+            else:
+                report = self._live(world, env, seconds, aggregators, sockets)
+        finally:
+            if world is not None and not keep:
+                self._delete(world)
+            if redis_server:
+                redis_server.stop()
+        report = {"nodes": nodes, "pipelines": pipelines, **report, "cpus": os.cpu_count()}
+        self.stdout.write(json.dumps(report, indent=2))
+        if scale_out:
+            self.stdout.write(f"2 aggregators absorb {report['scale_out_ratio']}x one (>= 1.7)")
+        else:
+            verdict = "OK" if (report["lag_p99_s"] or 99) <= 1.0 else "OVER TARGET"
+            self.stdout.write(f"lag p99 {report['lag_p99_s']} s (target <= 1 s): {verdict}")
+        if json_path:
+            Path(json_path).write_text(json.dumps(report, indent=2) + "\n")
+            self.stdout.write(f"written {json_path}")
+
+    def _live(self, world: dict, env: dict, seconds: float, aggregators: int, sockets) -> dict:
+        procs: list[subprocess.Popen] = []
+        try:
+            aggs = [_aggregator(env) for _ in range(aggregators)]
+            procs += aggs
+            port = _free_port()
             daphne = subprocess.Popen(
                 [sys.executable, "-m", "daphne", "-v", "0", "-b", "127.0.0.1", "-p", str(port)]
                 + ["fleet.asgi:application"],
@@ -98,51 +140,67 @@ class Command(BaseCommand):
                 start_new_session=True,
             )
             procs.append(daphne)
-            self._wait_ready(port, procs)
+            self._wait_ready(port, procs, aggregators)
             self.stdout.write(
-                f"bench {run}: {nodes} nodes in {pipelines} pipelines, {seconds:.0f} s, "
-                f"daphne :{port}, aggregator pid {aggregator.pid}"
+                f"bench {world['run']}: {len(world['nodes'])} nodes, {seconds:.0f} s, "
+                f"daphne :{port}, aggregators {[a.pid for a in aggs]}"
             )
             cpu0 = {p.pid: _cpu_s(p.pid) for p in procs}
             stop = threading.Event()
+            sim_cpu: dict = {}
             publisher = threading.Thread(
-                target=_publish, args=(world["nodes"], stop), name="bench-publisher", daemon=True
+                target=benchload.publish,
+                args=(world["nodes"], stop, sim_cpu),
+                name="bench-publisher",
+                daemon=True,
             )
             publisher.start()
             t0 = time.monotonic()
-            result = asyncio.run(_measure(port, world, seconds))
+            result = asyncio.run(_measure(port, world, seconds, sockets))
             elapsed = time.monotonic() - t0
             stop.set()
             publisher.join(timeout=5)
-            cpu = {
-                name: round(100 * (_cpu_s(p.pid) - cpu0[p.pid]) / elapsed, 1)
-                for name, p in (("aggregator", aggregator), ("daphne", daphne))
-            }
+            cores = {p.pid: (_cpu_s(p.pid) - cpu0[p.pid]) / elapsed for p in procs}
             meta = _meta()
         finally:
             for proc in procs:
                 _stop(proc)
-            if world is not None and not keep:
-                self._delete(world)
-            if redis_server:
-                redis_server.stop()
-        report = {
-            "nodes": nodes,
-            "pipelines": pipelines,
+        return {
             "seconds": seconds,
+            "aggregators": aggregators,
+            "sockets": list(sockets),
             **result,
+            # cores: CPU seconds per second of the run
+            "aggregator_cpu": round(sum(cores[a.pid] for a in aggs), 3),
+            "aggregator_cpu_each": [round(cores[a.pid], 3) for a in aggs],
+            "simulator_cpu": round(sim_cpu.get("s", 0.0) / elapsed, 3),
+            "daphne_cpu": round(cores[daphne.pid], 3),
             "aggregator_samples": meta.get("samples"),
             "aggregator_dropped": meta.get("dropped", {}),
             "aggregator_tick_work_max_s": meta.get("tick_work_max_s"),
-            "cpu_percent": cpu,
-            "cpus": os.cpu_count(),
         }
-        self.stdout.write(json.dumps(report, indent=2))
-        verdict = "OK" if (report["lag_p99_s"] or 99) <= 2.0 else "OVER TARGET"
-        self.stdout.write(f"lag p99 {report['lag_p99_s']} s (target <= 2 s): {verdict}")
-        if json_path:
-            Path(json_path).write_text(json.dumps(report, indent=2) + "\n")
-            self.stdout.write(f"written {json_path}")
+
+    def _scale_out(self, world: dict, env: dict, per_node: int) -> dict:
+        out: dict = {"backlog_per_node": per_node}
+        for count in (1, 2):
+            procs = [_aggregator(env) for _ in range(count)]
+            try:
+                self._wait_ready(None, procs, count)
+                time.sleep(2.0)  # past the first registry load and rebalance
+                got = benchload.absorb_rate(
+                    [p.pid for p in procs],
+                    world["nodes"],
+                    per_node,
+                    lambda: _meta().get("samples") or 0,
+                )
+            finally:
+                for proc in procs:
+                    _stop(proc)
+            out[f"absorb_{count}"] = got
+            self.stdout.write(f"{count} aggregator(s): {got}")
+        one, two = out["absorb_1"]["samples_per_s"], out["absorb_2"]["samples_per_s"]
+        out["scale_out_ratio"] = round(two / one, 2) if one and two else None
+        return out
 
     # --- setup / teardown -----------------------------------------------------------------------
     def _create(self, run: str, n: int, n_pipelines: int) -> dict:
@@ -237,11 +295,14 @@ class Command(BaseCommand):
         WallLink.objects.filter(pk=world["link"]).delete()
         get_user_model().objects.filter(pk=world["user"]).delete()
 
-    def _wait_ready(self, port: int, procs: list, timeout: float = 60.0) -> None:
-        from fleet.telemetry.snapshot import read_fields
+    def _wait_ready(self, port: int | None, procs: list, aggregators: int, timeout=90.0):
+        """daphne answers (when there is one), every aggregator holds its share of the
+        shards, and the leader has written its meta record."""
+        from fleet.telemetry.ingest import client
+        from fleet.telemetry.shards import LEASE_PREFIX, MEMBERS_KEY
 
         deadline = time.monotonic() + timeout
-        web_ok = agg_ok = False
+        web_ok = port is None
         while time.monotonic() < deadline:
             for proc in procs:
                 if proc.poll() is not None:
@@ -252,13 +313,29 @@ class Command(BaseCommand):
                         web_ok = True
                 except OSError:
                     pass
-            if not agg_ok:
-                meta = read_fields("meta")[0]
-                agg_ok = bool(meta and meta.get("ts", 0) > time.time() - 10)
-            if web_ok and agg_ok:
+            r = client()
+            owners = r.mget([f"{LEASE_PREFIX}{i}" for i in range(SHARDS)])
+            fair = -(-SHARDS // aggregators)
+            split = (
+                r.zcard(MEMBERS_KEY) == aggregators
+                and None not in owners
+                and max(owners.count(o) for o in set(owners)) <= fair
+            )
+            meta = _meta()
+            if web_ok and split and meta.get("ts", 0) > time.time() - 5:
                 return
             time.sleep(0.2)
-        raise CommandError("daphne or the aggregator did not come up in time")
+        raise CommandError("daphne or the aggregators did not come up in time")
+
+
+def _aggregator(env: dict) -> subprocess.Popen:
+    manage = str(Path(settings.BASE_DIR) / "manage.py")
+    return subprocess.Popen(
+        [sys.executable, manage, "run_aggregator"],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+    )
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -280,79 +357,17 @@ def _meta() -> dict:
     return read_fields("meta")[0] or {}
 
 
-def _sample(role: str, rng, now: float) -> dict:
-    if role == "verify":
-        batch = rng.choice((8, 16, 24, 32))
-        drafts = batch * 10
-        per_pos = [int(drafts * 0.8 ** (i + 1) * rng.uniform(0.95, 1.05)) for i in range(4)]
-        accepted = sum(per_pos)
-        return {
-            "ts": now,
-            "interval_s": 1.0,
-            "role": "verify",
-            "simulated": True,
-            "num_drafts": drafts,
-            "num_draft_tokens": drafts * 4,
-            "num_accepted_tokens": accepted,
-            "num_accepted_tokens_per_pos": per_pos,
-            "generation_tokens": accepted + drafts,
-            "verify_batch_hist": {str(batch): 10},
-            "verify_step_s": 0.03 + batch * 0.001,
-            "num_requests_running": batch,
-            "num_requests_waiting": rng.randint(0, 4),
-            "itl_s": [rng.uniform(0.02, 0.08) for _ in range(4)],
-            "power_w": rng.uniform(450, 650),
-            "power_source": "modeled",
-            "utilization": rng.uniform(0.6, 0.95),
-        }
-    return {
-        "ts": now,
-        "interval_s": 1.0,
-        "role": "draft",
-        "simulated": True,
-        "draft_steps": 160,
-        "draft_step_s": 0.004,
-        "power_w": rng.uniform(60, 90),
-        "power_source": "modeled",
-        "utilization": rng.uniform(0.5, 0.9),
-    }
-
-
-def _publish(nodes: list, stop: threading.Event, slices: int = 20) -> None:
-    """Every node once a second, spread over the second in `slices` pipelined batches."""
-    import random
-
-    from fleet.telemetry.ingest import client, publish_many
-
-    rng = random.Random(7)
-    r = client()
-    per_slice = max(1, -(-len(nodes) // slices))
-    chunks = [nodes[i : i + per_slice] for i in range(0, len(nodes), per_slice)]
-    step = 1.0 / len(chunks)
-    next_at = time.monotonic()
-    while not stop.is_set():
-        for chunk in chunks:
-            now = time.time()
-            publish_many(
-                ((nid, _sample(role, rng, now), key) for nid, key, role, _ in chunk), redis=r
-            )
-            next_at += step
-            delay = next_at - time.monotonic()
-            if delay > 0:
-                if stop.wait(delay):
-                    return
-            elif delay < -2.0:
-                next_at = time.monotonic()  # fell behind: do not burst
-
-
-async def _measure(port: int, world: dict, seconds: float) -> dict:
+async def _measure(port: int, world: dict, seconds: float, sockets: tuple) -> dict:
     import websockets
 
     from fleet.accounts.wall_links import wall_protocols
 
     origin = f"http://127.0.0.1:{port}"
     base = f"ws://127.0.0.1:{port}"
-    stats = {"fleet": {"lags": [], "n": 0, "bytes": 0}, "wall": {"lags": [], "n": 0, "bytes": 0}}
+    stats: dict[str, dict] = {
+        "fleet": {"lags": [], "n": 0, "bytes": 0},
+        "wall": {"lags": [], "n": 0, "bytes": 0},
+    }
     started = time.time()
     deadline = started + seconds
 
@@ -370,6 +385,9 @@ async def _measure(port: int, world: dict, seconds: float) -> dict:
                     raw = await asyncio.wait_for(ws.recv(), timeout=remaining)
                 except TimeoutError:
                     return
+                except websockets.ConnectionClosed as exc:  # e.g. a message over the limit
+                    stats[name]["error"] = f"socket closed: {exc}"
+                    return
                 received = time.time()
                 message = json.loads(raw)
                 if message.get("type") != "fleet.update" or received - started < WARMUP_S:
@@ -380,16 +398,22 @@ async def _measure(port: int, world: dict, seconds: float) -> dict:
                 if message.get("newest_ts"):
                     s["lags"].append(received - message["newest_ts"])
 
-    await asyncio.gather(
-        reader(
-            "fleet",
-            f"{base}/ws/live/",
-            {"Cookie": world["cookie"]},
-            {"action": "subscribe", "topic": "fleet"},
-        ),
+    readers = []
+    if "fleet" in sockets:
+        readers.append(
+            reader(
+                "fleet",
+                f"{base}/ws/live/",
+                {"Cookie": world["cookie"]},
+                {"action": "subscribe", "topic": "fleet"},
+            )
+        )
+    if "wall" in sockets:
         # as a screen sends its wall token: a subprotocol, never in the (logged) URL
-        reader("wall", f"{base}/ws/wall/", {}, None, wall_protocols(world["wall_token"])),
-    )
+        readers.append(
+            reader("wall", f"{base}/ws/wall/", {}, None, wall_protocols(world["wall_token"]))
+        )
+    await asyncio.gather(*readers)
     window = seconds - WARMUP_S
     fleet, wall = stats["fleet"], stats["wall"]
 
@@ -404,6 +428,9 @@ async def _measure(port: int, world: dict, seconds: float) -> dict:
         "messages_per_s_to_browser": round(fleet["n"] / window, 2),
         "bytes_per_s_to_browser": round(fleet["bytes"] / window),
         "fleet_messages": fleet["n"],
+        "fleet_socket_error": fleet.get("error"),
+        "wall_lag_p50_s": r(_percentile(wall["lags"], 0.5)),
         "wall_lag_p99_s": r(_percentile(wall["lags"], 0.99)),
+        "wall_socket_error": wall.get("error"),
         "wall_messages_per_s": round(wall["n"] / window, 2),
     }

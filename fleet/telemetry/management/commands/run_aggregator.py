@@ -1,6 +1,8 @@
 """`manage.py run_aggregator`: the telemetry aggregator, until SIGTERM/Ctrl-C."""
 
 import asyncio
+import faulthandler
+import gc
 import signal
 
 from django.core.management.base import BaseCommand
@@ -16,6 +18,10 @@ class Command(BaseCommand):
         parser.add_argument("--tick", type=float, default=0.5, help="seconds between pushes")
 
     def handle(self, *args, tick: float, **options):
+        faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>`: where is it stuck?
+        # Tens of thousands of live samples are young objects that live seconds: the default
+        # thresholds ran a full collection every few hundred ms at 10,000 nodes.
+        gc.set_threshold(50_000, 20, 50)
         url = redis_url()
         asyncio.run(self._main(url, tick))
 
