@@ -15,7 +15,7 @@ from django.db import transaction
 
 from fleet.nodes.choices import NodeState
 from fleet.nodes.models import Node, NodeConflict
-from fleet.nodes.services import node_transition
+from fleet.nodes.services import node_transition, registry_changed_after_commit
 from fleet.pipelines import bookkeeping
 from fleet.pipelines.models import Placement
 from fleet.pipelines.rules import (
@@ -71,6 +71,7 @@ def node_place(
         reason=reason,
     )
     bookkeeping.push_to_nodes_after_commit(pipeline.pk, [node.pk])
+    registry_changed_after_commit([node.pk])
     return placement
 
 
@@ -120,6 +121,7 @@ def node_move(
         reason=reason,
     )
     bookkeeping.push_to_nodes_after_commit(dest.pk, [node.pk])  # its new pipeline's config
+    registry_changed_after_commit([node.pk])  # the fleet view shows the move at once
     return placement
 
 
@@ -148,6 +150,7 @@ def node_unplace(
         reason=reason,
     )
     # No push: the node serves no pipeline now, and the others' configuration is the same.
+    registry_changed_after_commit([node.pk])
 
 
 def _node_state_action(

@@ -60,3 +60,35 @@ async def test_a_state_change_reaches_the_fleet_view_within_2_s(viewer):
         stop.set()
         await asyncio.wait_for(task, timeout=5)
         await comm.disconnect()
+
+
+async def test_a_move_reaches_the_fleet_view_within_2_s(viewer, admin):
+    """A node moved to another pipeline shows there at once (the move posts a notice too)."""
+    from fleet.pipelines.node_actions import node_move
+
+    a, b = await sync_to_async(f.pipeline)("pair-a"), await sync_to_async(f.pipeline)("pair-b")
+    n, _ = await sync_to_async(f.node)(name="gpu-move")
+    await sync_to_async(f.place)(n, a, "verify")
+    comm = await _socket("/ws/live/", viewer)
+    assert (await comm.connect())[0]
+    await comm.send_json_to({"action": "subscribe", "topic": "fleet"})
+    assert (await comm.receive_json_from(timeout=5))["type"] == "subscribed"
+    stop = asyncio.Event()
+    agg = Aggregator(tick_s=0.2)
+    task = asyncio.create_task(agg.run(redis_url=settings.REDIS_URL, stop=stop))
+
+    def in_pipeline(pipeline):
+        return lambda msg: any(r[0] == n.id and r[4] == pipeline.id for r in msg.get("rows") or [])
+
+    try:
+        assert await _until(comm, in_pipeline(a), 10)
+        moved = time.monotonic()
+        await sync_to_async(node_move)(
+            node_id=n.id, to_pipeline_id=b.id, actor=admin, force=True
+        )
+        assert await _until(comm, in_pipeline(b), 5)
+        assert time.monotonic() - moved <= 2.0
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, timeout=5)
+        await comm.disconnect()
