@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -110,12 +111,13 @@ def child(args) -> dict:
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fleet.settings")
     django.setup()
-    from inference.bench.serving import _free_port
     from inference.bench.serving_clients import drive
 
     tmp = Path(os.environ["TANDEM_DATA_DIR"])
     key, nodes = _setup(tmp)
-    port = _free_port()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
     base = f"http://127.0.0.1:{port}"
     logs = tmp / "logs"
     logs.mkdir(exist_ok=True)
