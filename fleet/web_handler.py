@@ -8,7 +8,10 @@ was most of the web process's CPU per request, and with SQLite the request threa
 over the write lock with sleeps of tens of milliseconds (SQLite's busy handler).
 
 Here every request runs its sync work on one of `settings.WEB_SYNC_LANES` long-lived
-threads (round robin), each keeping its connection (`CONN_MAX_AGE`). Async views (the SSE
+threads (round robin), each keeping its connection (`CONN_MAX_AGE`). Under load a lane is a
+queue, and a request that visits it three times waits three times behind everyone else:
+so the visits are few (no `request_started` hop; the middleware hooks inline, see
+fleet/web_middleware.py; one hop per view). Async views (the SSE
 streams, /v1) hold no lane while they wait; a lane is busy only while sync code runs. With
 SQLite, one lane (the default) is also the cheapest lock discipline: writes of one process
 queue in order instead of sleeping in the busy handler. Several web processes
@@ -27,25 +30,44 @@ from concurrent.futures import ThreadPoolExecutor
 
 from asgiref.sync import ThreadSensitiveContext, iscoroutinefunction, markcoroutinefunction
 from django.conf import settings
+from django.core import signals
 from django.core.handlers.asgi import ASGIHandler
+from django.db import close_old_connections, reset_queries
 from whitenoise.middleware import WhiteNoiseMiddleware
+
+
+class Lane(ThreadPoolExecutor):
+    """One long-lived thread. Before each job it does what Django's `request_started`
+    receivers do for a request's thread (drop a broken or expired connection, reset the
+    query log): here, on the thread that owns the connection, without a hop of its own."""
+
+    def __init__(self, name: str):
+        super().__init__(max_workers=1, thread_name_prefix=name)
+
+    def submit(self, fn, /, *args, **kwargs):
+        return super().submit(_fresh, fn, *args, **kwargs)
+
+
+def _fresh(fn, *args, **kwargs):
+    reset_queries()
+    close_old_connections()
+    return fn(*args, **kwargs)
 
 
 class LaneASGIHandler(ASGIHandler):
     def __init__(self, lanes: int | None = None):
         super().__init__()
         n = max(1, int(lanes or getattr(settings, "WEB_SYNC_LANES", 1)))
-        self.lanes = [
-            ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"sync-lane-{i}")
-            for i in range(n)
-        ]
+        self.lanes = [Lane(f"sync-lane-{i}") for i in range(n)]
         self._next = itertools.cycle(self.lanes)
+        # Their work moves into Lane.submit: with no sync receiver left, `request_started`
+        # costs no thread hop per request (request_finished's stay, after the response).
+        signals.request_started.disconnect(reset_queries)
+        signals.request_started.disconnect(close_old_connections)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
-            raise ValueError(
-                f"Django can only handle ASGI/HTTP connections, not {scope['type']}."
-            )
+            raise ValueError(f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
         async with ThreadSensitiveContext(executor=next(self._next)):
             await self.handle(scope, receive, send)
 

@@ -132,7 +132,9 @@ def child(args) -> dict:
         )
         return procs[-1]
 
-    prof = ["-m", "inference.bench.sampler", str(Path(args.profile).resolve())] if args.profile else []
+    prof = (
+        ["-m", "inference.bench.sampler", str(Path(args.profile).resolve())] if args.profile else []
+    )
     web = spawn(
         "web",
         [sys.executable, *prof, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]

@@ -177,6 +177,22 @@ async def follow_many(
     """(i, event) for the events of generation_ids[i], interleaved as they come, until each
     stream's terminal event; keep-alive and timeout ticks as in `follow` (index None). A
     timeout ends them all."""
+    async for batch in follow_many_batches(
+        generation_ids, keepalive_s=keepalive_s, idle_timeout_s=idle_timeout_s, block_ms=block_ms
+    ):
+        for item in batch:
+            yield item
+
+
+async def follow_many_batches(
+    generation_ids: list,
+    *,
+    keepalive_s: float | None = 2.0,
+    idle_timeout_s: float = 120.0,
+    block_ms: int = 1000,
+) -> AsyncIterator[list[tuple[int | None, dict]]]:
+    """What `follow_many` yields, grouped as `follow_batches` groups (a round's events of
+    all the streams together)."""
     queue: asyncio.Queue = asyncio.Queue()
     stop = asyncio.Event()
     keys = [wire.stream_key(g) for g in generation_ids]
@@ -188,16 +204,23 @@ async def follow_many(
     try:
         while left:
             try:
-                i, event = await asyncio.wait_for(queue.get(), keepalive_s)
+                first = await asyncio.wait_for(queue.get(), keepalive_s)
             except TimeoutError:
-                yield None, {"type": KEEPALIVE}
+                yield [(None, {"type": KEEPALIVE})]
                 continue
-            if isinstance(event, Exception):
-                raise event
-            yield i, event
-            if event.get("type") == TIMEOUT:
-                return
-            if event.get("type") in wire.TERMINAL_TYPES:
-                left -= 1
+            items = [first]
+            while not queue.empty():
+                items.append(queue.get_nowait())
+            out = []
+            for i, event in items:
+                if isinstance(event, Exception):
+                    raise event
+                out.append((i, event))
+                if event.get("type") == TIMEOUT:
+                    yield out
+                    return
+                if event.get("type") in wire.TERMINAL_TYPES:
+                    left -= 1
+            yield out
     finally:
         stop.set()
