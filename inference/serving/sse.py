@@ -108,7 +108,7 @@ async def follow_batches(
     try:
         while True:
             try:
-                first = await asyncio.wait_for(queue.get(), keepalive_s)
+                first = await _next(queue, keepalive_s)
             except TimeoutError:
                 yield [(None, {"type": KEEPALIVE})]
                 continue
@@ -129,6 +129,15 @@ async def follow_batches(
 
 
 _pumps: set[asyncio.Task] = set()  # strong references, so running pumps are not collected
+
+
+async def _next(queue: asyncio.Queue, timeout_s: float | None):
+    """The queue's next item, or TimeoutError after `timeout_s` (None: no limit). Cheaper
+    than `asyncio.wait_for`, which wraps every wait in a new task."""
+    if not queue.empty():
+        return queue.get_nowait()
+    async with asyncio.timeout(timeout_s):
+        return await queue.get()
 
 
 async def _pump_many(
@@ -204,7 +213,7 @@ async def follow_many_batches(
     try:
         while left:
             try:
-                first = await asyncio.wait_for(queue.get(), keepalive_s)
+                first = await _next(queue, keepalive_s)
             except TimeoutError:
                 yield [(None, {"type": KEEPALIVE})]
                 continue
