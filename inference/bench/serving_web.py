@@ -135,11 +135,12 @@ def child(args) -> dict:
     prof = (
         ["-m", "inference.bench.sampler", str(Path(args.profile).resolve())] if args.profile else []
     )
-    web = spawn(
-        "web",
-        [sys.executable, *prof, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
-        + ["fleet.asgi:application"],
-    )
+    if args.server == "uvicorn":  # for comparison: uvloop + httptools
+        server = ["-m", "uvicorn", "--host", "127.0.0.1", "--port", str(port), "--no-access-log"]
+        server += ["--loop", "uvloop", "--http", "httptools", "--lifespan", "off"]
+    else:
+        server = ["-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
+    web = spawn("web", [sys.executable, *prof, *server, "fleet.asgi:application"])
     spawn(
         "verify",
         [sys.executable, "-m", "inference.bench.serving_web", "--fake-verifier"]
@@ -200,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--round-ms", type=float, default=25.0)
     parser.add_argument("--api", choices=["rest", "openai"], default="rest")
     parser.add_argument("--profile", default=None)
+    parser.add_argument("--server", choices=["daphne", "uvicorn"], default="daphne")
     parser.add_argument("--json", default=None)
     parser.add_argument("--child", action="store_true")
     parser.add_argument("--fake-verifier", type=int, default=None)
