@@ -8,17 +8,14 @@ everyone else with "view" gets its metadata and figures, with the text fields nu
 DELETE of a generation that already ended is idempotent: 200 with the generation as it is
 (no error, nothing changes). DELETE of a live one asks the data plane to cancel it and
 answers 202 with the generation's state after the request (normally `cancelled`).
+Its event stream is `api_stream.py`'s.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 
 import django_filters
-from asgiref.sync import sync_to_async
-from django.db import connection
-from django.http import JsonResponse, StreamingHttpResponse
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
 from rest_framework import generics, serializers, status
 from rest_framework.exceptions import APIException, PermissionDenied
@@ -26,10 +23,9 @@ from rest_framework.response import Response
 from rest_framework.reverse import reverse
 
 from fleet.accounts.access import can
-from fleet.accounts.principal import Refused, principal_for
 from inference import services, wire
 from inference.models import Generation, GenerationState
-from inference.serving import readiness, sse
+from inference.serving import readiness
 from inference.serving.request_rules import (
     MAX_STOP_SEQUENCES,
     SEED_MAX,
@@ -42,7 +38,6 @@ from inference.serving.request_rules import (
 
 log = logging.getLogger(__name__)
 
-STREAM_IDLE_TIMEOUT_S = 120.0
 
 # submission's parameter names -> this API's field names
 FIELD_OF_PARAM = {"model": "pipeline"}
@@ -373,89 +368,3 @@ class GenerationDetail(generics.RetrieveDestroyAPIView):
         generation = generations().get(pk=generation.pk)
         body = GenerationSerializer(generation, context={"request": request}).data
         return Response(body, status=status.HTTP_202_ACCEPTED)
-
-
-# --- server-sent events for one generation (async: an open stream holds no thread) ----------
-
-
-def _stream_refusal(request, generation_id) -> JsonResponse | None:
-    """Authentication, permission and existence checks of a stream request, in one hop to
-    the sync thread (which every POST shares): None when the stream may be served."""
-    try:
-        user = principal_for(request)  # an API key, or the session's user
-    except Refused as refused:
-        return refused.response()
-    if not can(user, "view"):
-        return JsonResponse(
-            {"detail": "You do not have permission to perform this action."}, status=403
-        )
-    generation = _owner_of(generation_id)
-    if generation is None:
-        return JsonResponse({"detail": "No Generation matches the given query."}, status=404)
-    if not can(user, "read_content", generation):
-        return JsonResponse(
-            {
-                "detail": "Only the generation's owner or a user granted content access may "
-                "read its text."
-            },
-            status=403,
-        )
-    return None
-
-
-def _owner_of(generation_id) -> Generation | None:
-    """The generation with only its id and owner (all a stream's checks need): raw SQL, on
-    the path of every stream."""
-    table = Generation._meta.db_table
-    rows = list(
-        Generation.objects.raw(
-            f"SELECT id, user_id FROM {table} WHERE id = %s",
-            [Generation._meta.pk.get_db_prep_value(generation_id, connection)],
-        )
-    )
-    return rows[0] if rows else None
-
-
-def _sse_event(entry_id: str, event: dict) -> bytes:
-    payload = json.dumps(event, separators=(",", ":"))
-    return f"id: {entry_id}\nevent: {event.get('type', 'message')}\ndata: {payload}\n\n".encode()
-
-
-async def generation_stream(request, generation_id):
-    """`GET /api/v1/generations/<id>/stream`: the generation's events as SSE (`event:` is the
-    event type, `id:` its stream id; send `Last-Event-ID` to resume). Ends after done/error."""
-    if request.method != "GET":
-        return JsonResponse({"detail": f'Method "{request.method}" not allowed.'}, status=405)
-    refusal = await sync_to_async(_stream_refusal)(request, generation_id)
-    if refusal is not None:
-        return refusal
-    last_id = request.headers.get("Last-Event-ID") or "0"
-    if not wire.is_entry_id(last_id):
-        return JsonResponse(
-            {"Last-Event-ID": ["Give an event id this stream sent (e.g. 1700000000000-0)."]},
-            status=400,
-        )
-
-    async def events():
-        try:  # every event that arrived together in one chunk: one write per round
-            async for batch in sse.follow_batches(
-                generation_id, last_id=last_id, idle_timeout_s=STREAM_IDLE_TIMEOUT_S
-            ):
-                chunk = b"".join(
-                    _sse_event(entry_id, event)
-                    if entry_id is not None
-                    # a keep-alive tick, or the end of a stream gone quiet
-                    else (sse.KEEPALIVE_COMMENT if event["type"] == sse.KEEPALIVE else b"")
-                    for entry_id, event in batch
-                )
-                if chunk:
-                    yield chunk
-        except Exception:  # headers are sent: end with an error event, never a silent cut
-            log.exception("stream of generation %s failed", generation_id)
-            failure = {"type": "error", "error": "The server failed while streaming."}
-            yield f"event: error\ndata: {json.dumps(failure)}\n\n".encode()
-
-    response = StreamingHttpResponse(events(), content_type="text/event-stream")
-    response["Cache-Control"] = "no-cache"
-    response["X-Accel-Buffering"] = "no"
-    return response
