@@ -16,6 +16,8 @@ from __future__ import annotations
 import logging
 
 import django_filters
+from django.core.handlers.asgi import ASGIRequest
+from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
 from rest_framework import generics, serializers, status
 from rest_framework.exceptions import APIException, PermissionDenied
@@ -289,7 +291,24 @@ def live_output(generation: Generation) -> dict | None:
     return {"text": wire.collect_text(events), "n": n}
 
 
-class GenerationListCreate(generics.ListCreateAPIView):
+class RenderedOnLane:
+    """Under ASGI, the response leaves the view rendered, as a plain HttpResponse: Django's
+    async handler renders a template response (DRF's Response is one) in a thread hop of
+    its own, one more visit to the sync lane per request (fleet/web_handler.py)."""
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        response = super().finalize_response(request, response, *args, **kwargs)  # type: ignore[misc]
+        if not isinstance(request._request, ASGIRequest) or not hasattr(response, "render"):
+            return response
+        response.render()
+        plain = HttpResponse(response.content, status=response.status_code)
+        for header, value in response.items():
+            plain[header] = value
+        plain.cookies = response.cookies
+        return plain
+
+
+class GenerationListCreate(RenderedOnLane, generics.ListCreateAPIView):
     """List generations (newest first; `?state=`, `?pipeline=`) or start one."""
 
     serializer_class = GenerationSerializer
@@ -332,7 +351,7 @@ class GenerationListCreate(generics.ListCreateAPIView):
         )
 
 
-class GenerationDetail(generics.RetrieveDestroyAPIView):
+class GenerationDetail(RenderedOnLane, generics.RetrieveDestroyAPIView):
     """One generation, with its output so far while it runs; DELETE cancels it."""
 
     serializer_class = GenerationSerializer
