@@ -57,7 +57,7 @@ def _fresh(fn, *args, **kwargs):
 class LaneASGIHandler(ASGIHandler):
     def __init__(self, lanes: int | None = None):
         super().__init__()
-        n = max(1, int(lanes or getattr(settings, "WEB_SYNC_LANES", 1)))
+        n = max(1, lanes or int(getattr(settings, "WEB_SYNC_LANES", 1)))
         self.lanes = [Lane(f"sync-lane-{i}") for i in range(n)]
         self._next = itertools.cycle(self.lanes)
         # Their work moves into Lane.submit: with no sync receiver left, `request_started`

@@ -78,7 +78,7 @@ class CsrfViewMiddleware(Inline, _Csrf):
                     return check(*args)  # nothing to verify: marks and returns
                 return await sync_to_async(check)(*args)  # may render the failure page
 
-            self.process_view = process_view  # type: ignore[method-assign]
+            self.process_view = process_view  # type: ignore[method-assign,assignment]
 
 
 class AuthenticationMiddleware(Inline, _Auth):

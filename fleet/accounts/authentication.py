@@ -34,11 +34,9 @@ def user_for_api_key(plain: str):
     if prefix is None:
         return None
     user = _key_owner(prefix)
-    if user is None:
-        key_revoked, key_hash = None, None
-    else:
-        key_revoked, key_hash = user.key_revoked_at, user.key_hash
-    if user is None or key_revoked is not None or not same(digest(plain), key_hash):
+    if user is None or user.key_revoked_at is not None:
+        return None
+    if not same(digest(plain), user.key_hash):
         return None
     if not user.is_active:
         return None

@@ -16,6 +16,7 @@ import signal
 import sys
 import threading
 import time
+import types
 
 IDLE_LEAVES = {
     ("selectors.py", "select"),
@@ -55,7 +56,7 @@ class Sampler(threading.Thread):
                 self.busy += 1
                 self.own[leaf] += 1
                 seen, chain = set(), []
-                f = frame
+                f: types.FrameType | None = frame
                 while f is not None:
                     w = _where(f)
                     chain.append(w)

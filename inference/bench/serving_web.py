@@ -87,6 +87,7 @@ def _setup(tmp: Path):
         name="bench", target_model=str(model), draft_model=str(model), drafter_kind="model"
     )
     profile = HardwareProfile.objects.filter(kind="cpu").first()
+    assert profile is not None, "the migrations seed the CPU hardware profiles"
     nodes = {}
     for role in ("draft", "verify"):
         node = Node.objects.create(

@@ -48,13 +48,16 @@ async def _events(job: Job, *, keepalive_s: float | None = None) -> AsyncIterato
     or a final (None, "timeout") if they all go quiet; with `keepalive_s`, (None,
     "keepalive") ticks while silent."""
     ids = [c.generation.id for c in job.choices]
-    opts = {"keepalive_s": keepalive_s, "idle_timeout_s": IDLE_TIMEOUT_S, "block_ms": BLOCK_MS}
     if len(ids) == 1:
-        async for batch in sse.follow_batches(ids[0], **opts):
-            yield [(None if entry_id is None else 0, event) for entry_id, event in batch]
+        async for one in sse.follow_batches(
+            ids[0], keepalive_s=keepalive_s, idle_timeout_s=IDLE_TIMEOUT_S, block_ms=BLOCK_MS
+        ):
+            yield [(None if entry_id is None else 0, event) for entry_id, event in one]
     else:
-        async for batch in sse.follow_many_batches(ids, **opts):
-            yield batch
+        async for many in sse.follow_many_batches(
+            ids, keepalive_s=keepalive_s, idle_timeout_s=IDLE_TIMEOUT_S, block_ms=BLOCK_MS
+        ):
+            yield many
 
 
 def _error_of(event: dict) -> OpenAIError:

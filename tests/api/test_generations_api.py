@@ -52,7 +52,7 @@ def test_the_created_body_is_the_serializers_body_of_the_row(serving, as_persona
         pk=response.json()["id"]
     )
     request = APIRequestFactory().get(URL)
-    request.user = generation.user
+    request.user = generation.user  # type: ignore[assignment]
     expected = GenerationSerializer(generation, context={"request": request}).data
     assert response.json() == expected
 

@@ -53,7 +53,7 @@ def test_followers_share_one_read_per_round_and_a_newcomer_is_not_kept_waiting()
         await asyncio.sleep(0.2)  # all of them are followed
         reads0 = hub.reads
         for r in range(4):
-            items = [(g, wire.tokens_event([97], "a", r + 1)) for g in gids]
+            items: list = [(g, wire.tokens_event([97], "a", r + 1)) for g in gids]
             if r == 3:
                 items += [(g, wire.done_event("stop", 1, 4)) for g in gids]
             await asyncio.to_thread(wire.publish_many, items)
