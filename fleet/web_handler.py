@@ -25,6 +25,7 @@ lookup and an open(): done on the event loop, the rest of the chain stays async.
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 from concurrent.futures import ThreadPoolExecutor
 
@@ -48,6 +49,24 @@ class Lane(ThreadPoolExecutor):
         return super().submit(_fresh, fn, *args, **kwargs)
 
 
+_read_lane: Lane | None = None
+_served = contextvars.ContextVar("tandem_served_on_lanes", default=False)
+
+
+def read_lane() -> Lane | None:
+    """A lane for the short read-only checks of the hot path (a stream's key and owner), so
+    they do not queue behind the submits of the request lanes: with SQLite (WAL) a reader
+    never waits for a writer, and it keeps its own connection. None outside a request this
+    handler serves (a test client: its sync work stays on its own thread and transaction).
+    Call with `sync_to_async(fn, thread_sensitive=lane is None, executor=lane)`."""
+    global _read_lane
+    if not _served.get():
+        return None
+    if _read_lane is None:
+        _read_lane = Lane("read-lane")
+    return _read_lane
+
+
 def _fresh(fn, *args, **kwargs):
     reset_queries()
     close_old_connections()
@@ -68,8 +87,12 @@ class LaneASGIHandler(ASGIHandler):
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             raise ValueError(f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
-        async with ThreadSensitiveContext(executor=next(self._next)):
-            await self.handle(scope, receive, send)
+        token = _served.set(True)
+        try:
+            async with ThreadSensitiveContext(executor=next(self._next)):
+                await self.handle(scope, receive, send)
+        finally:
+            _served.reset(token)
 
 
 def get_asgi_application() -> LaneASGIHandler:

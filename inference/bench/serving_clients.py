@@ -42,9 +42,11 @@ async def _client(http, base, key, prompts, max_tokens, records, api="rest") -> 
         rec = {"id": gid, "tokens": 0, "itl": [], "ttft": None, "finish": None}
         rec["submit"] = time.perf_counter() - t0
         last = None
+        t1 = time.perf_counter()
         async with http.stream(
             "GET", f"{base}/api/v1/generations/{gid}/stream", headers=headers
         ) as s:
+            rec["open"] = time.perf_counter() - t1
             async for line in s.aiter_lines():
                 if not line.startswith("data: "):
                     continue
@@ -127,6 +129,7 @@ def drive(
     itl = [x for r in records for x in r["itl"]]
     ttft = [r["ttft"] for r in records if r["ttft"] is not None]
     submit = [r["submit"] for r in records if r.get("submit") is not None]
+    opened = [r["open"] for r in records if r.get("open") is not None]
     errors = [r["finish"] for r in records if r["finish"] not in ("stop", "length")]
     return {
         "requests": len(records),
@@ -139,6 +142,7 @@ def drive(
         "ttft_ms_p99": (percentile(ttft, 0.99) or 0) * 1000,
         "submit_ms_p50": (percentile(submit, 0.5) or 0) * 1000,
         "submit_ms_p99": (percentile(submit, 0.99) or 0) * 1000,
+        "stream_open_ms_p50": (percentile(opened, 0.5) or 0) * 1000,
         "errors": errors[:5],
         "ids": [r["id"] for r in records],
     }

@@ -177,7 +177,8 @@ def child(args) -> dict:
             print(
                 f"N={n:<3d} {args.api}: web CPU {res['web_cpu_ms_per_request']:.2f} ms/request; "
                 f"TTFT p50 {res['ttft_ms_p50']:.1f} ms p99 {res['ttft_ms_p99']:.1f} ms "
-                f"(submit p50 {res['submit_ms_p50']:.1f} ms); "
+                f"(submit p50 {res['submit_ms_p50']:.1f} ms, stream open p50 "
+                f"{res['stream_open_ms_p50']:.1f} ms); "
                 f"{res['tokens_per_s']:.0f} tok/s; errors {res['errors']}",
                 flush=True,
             )

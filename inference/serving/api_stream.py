@@ -1,7 +1,8 @@
 """`GET /api/v1/generations/<id>/stream`: one generation's events as Server-Sent Events.
 
 Async: an open stream holds no thread. Its checks (key or session, "view", the generation's
-owner or a content grant) take one hop to the sync lane; then it writes every batch of
+owner or a content grant) take one hop to the read lane (fleet/web_handler.py), which does
+not queue behind the submits; then it writes every batch of
 events that arrived together (a verifier round's tokens) in one chunk.
 """
 
@@ -16,6 +17,7 @@ from django.http import JsonResponse, StreamingHttpResponse
 
 from fleet.accounts.access import can
 from fleet.accounts.principal import Refused, principal_for
+from fleet.web_handler import read_lane
 from inference import wire
 from inference.models import Generation
 from inference.serving import sse
@@ -73,7 +75,10 @@ async def generation_stream(request, generation_id):
     event type, `id:` its stream id; send `Last-Event-ID` to resume). Ends after done/error."""
     if request.method != "GET":
         return JsonResponse({"detail": f'Method "{request.method}" not allowed.'}, status=405)
-    refusal = await sync_to_async(_stream_refusal)(request, generation_id)
+    # on the read lane: a stream's checks do not queue behind the submits
+    lane = read_lane()
+    check = sync_to_async(_stream_refusal, thread_sensitive=lane is None, executor=lane)
+    refusal = await check(request, generation_id)
     if refusal is not None:
         return refusal
     last_id = request.headers.get("Last-Event-ID") or "0"

@@ -78,3 +78,30 @@ def test_requests_share_a_lane_its_connection_and_hop_twice_at_most(operator, mo
     assert json.loads(answers[-1][1])["count"] == 0
     assert len(connects) <= 1, connects  # one lane, one connection, kept
     assert len(hops) <= 2 * len(answers), hops  # the view, then response.close
+
+
+def test_a_streams_checks_run_on_the_read_lane_not_behind_the_submits(operator, monkeypatch):
+    """Under the lanes handler a stream's key/owner check runs on the read lane (SQLite WAL:
+    a reader never waits for the writer, so it does not queue behind POSTs); a test client's
+    request (no lanes handler) keeps its own thread."""
+    import threading
+    import uuid
+
+    from fleet import web_handler
+    from inference.serving import api_stream
+
+    key = api_key_create(user=operator, name="reads")[1]
+    threads: list[str] = []
+    check = api_stream._stream_refusal
+
+    def recording(request, generation_id):
+        threads.append(threading.current_thread().name)
+        return check(request, generation_id)
+
+    monkeypatch.setattr(api_stream, "_stream_refusal", recording)
+    assert web_handler.read_lane() is None  # not inside a request the handler serves
+    status, _ = asyncio.run(
+        _get(LaneASGIHandler(lanes=1), f"/api/v1/generations/{uuid.uuid4()}/stream", key)
+    )
+    assert status == 404
+    assert threads and threads[0].startswith("read-lane"), threads
