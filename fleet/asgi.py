@@ -3,9 +3,10 @@ each consumer before accept)."""
 
 import os
 
-from django.core.asgi import get_asgi_application
-
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fleet.settings")
+
+from fleet.web_handler import get_asgi_application  # noqa: E402  (Django's, with sync lanes)
+
 django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402  (needs Django set up first)

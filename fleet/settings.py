@@ -60,16 +60,18 @@ INSTALLED_APPS = [
     "inference",
 ]
 
+# Django's own, with their hooks on the event loop under ASGI where they cannot block
+# (fleet/web_middleware.py): the stock ones cost a thread hop per hook and request.
 MIDDLEWARE = [
-    "django.middleware.security.SecurityMiddleware",
-    "whitenoise.middleware.WhiteNoiseMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
-    "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "csp.middleware.CSPMiddleware",
+    "fleet.web_middleware.SecurityMiddleware",
+    "fleet.web_handler.AsyncWhiteNoiseMiddleware",  # WhiteNoise, without a thread hop
+    "fleet.web_middleware.SessionMiddleware",
+    "fleet.web_middleware.CommonMiddleware",
+    "fleet.web_middleware.CsrfViewMiddleware",
+    "fleet.web_middleware.AuthenticationMiddleware",
+    "fleet.web_middleware.MessageMiddleware",
+    "fleet.web_middleware.XFrameOptionsMiddleware",
+    "fleet.web_middleware.CSPMiddleware",
     "axes.middleware.AxesMiddleware",  # last: turns a lockout into its 429 page
 ]
 
@@ -120,12 +122,20 @@ else:
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": DATA_DIR / "tandem.sqlite3",
             "OPTIONS": dict(_SQLITE_OPTIONS),
+            "CONN_MAX_AGE": 60,  # kept by the web's sync lanes (fleet/web_handler.py)
             # A file, not memory: tests with real worker processes share the test database.
             "TEST": {"NAME": str(DATA_DIR / "test.sqlite3")},
         }
     }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     private_sqlite(DATABASES["default"]["NAME"])  # 0600, and so its WAL and SHM
+# Threads that run a web process's sync work (fleet/web_handler.py). SQLite: one, so writes
+# queue in order instead of sleeping in its busy handler; a server database: a few.
+WEB_SYNC_LANES = env_int(
+    "TANDEM_WEB_SYNC_LANES",
+    1 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3" else 4,
+    minimum=1,
+)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Redis: configured, or the embedded one started by `manage.py up` / the tests ----------

@@ -52,6 +52,14 @@ def role_of(user) -> Role:
     return cached
 
 
+def remember_groups(user, names) -> None:
+    """Fill what `role_of` and `in_content_group` would each query, from the user's group
+    names read together with its credentials (one query, not two per request)."""
+    names = set(names)
+    user._tandem_role = max((ROLE_GROUPS[n] for n in names if n in ROLE_GROUPS), default=Role.NONE)
+    user._tandem_content = CONTENT_GROUP in names
+
+
 def content_role() -> Role:
     from django.conf import settings
 

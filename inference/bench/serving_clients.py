@@ -16,9 +16,14 @@ def percentile(values: list[float], q: float) -> float | None:
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
-async def _client(http, base, key, prompts, max_tokens, records) -> None:
-    """POST each prompt, then follow its SSE stream to the end, timing every token event."""
+async def _client(http, base, key, prompts, max_tokens, records, api="rest") -> None:
+    """POST each prompt, then follow its SSE stream to the end, timing every token event
+    (api "openai": one streaming POST /v1/completions per prompt)."""
     headers = {"Authorization": f"Bearer {key}"}
+    if api == "openai":
+        for prompt in prompts:
+            records.append(await _openai_one(http, base, headers, prompt, max_tokens))
+        return
     for prompt in prompts:
         t0 = time.perf_counter()
         r = await http.post(
@@ -35,10 +40,13 @@ async def _client(http, base, key, prompts, max_tokens, records) -> None:
             raise RuntimeError(f"POST /api/v1/generations: {r.status_code} {r.text[:500]}")
         gid = r.json()["id"]
         rec = {"id": gid, "tokens": 0, "itl": [], "ttft": None, "finish": None}
+        rec["submit"] = time.perf_counter() - t0
         last = None
+        t1 = time.perf_counter()
         async with http.stream(
             "GET", f"{base}/api/v1/generations/{gid}/stream", headers=headers
         ) as s:
+            rec["open"] = time.perf_counter() - t1
             async for line in s.aiter_lines():
                 if not line.startswith("data: "):
                     continue
@@ -58,7 +66,46 @@ async def _client(http, base, key, prompts, max_tokens, records) -> None:
         records.append(rec)
 
 
-def drive(*, base: str, key: str, prompts_per_client: list[list[str]], max_tokens: int) -> dict:
+async def _openai_one(http, base, headers, prompt, max_tokens) -> dict:
+    body = {
+        "model": "bench",
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": True,
+    }
+    rec: dict = {"id": None, "tokens": 0, "itl": [], "ttft": None, "finish": None}
+    t0 = time.perf_counter()
+    last = None
+    async with http.stream("POST", f"{base}/v1/completions", headers=headers, json=body) as s:
+        if s.status_code != 200:
+            raise RuntimeError(f"POST /v1/completions: {s.status_code} {await s.aread()!r}")
+        async for line in s.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            event = json.loads(line[6:])
+            now = time.perf_counter()
+            rec["id"] = event.get("id")
+            for choice in event.get("choices", []):
+                if choice.get("text"):
+                    rec["ttft"] = rec["ttft"] or now - t0
+                    if last is not None:
+                        rec["itl"].append(now - last)
+                    last = now
+                    rec["tokens"] += 1  # a chunk: its tokens are not counted by the client
+                if choice.get("finish_reason"):
+                    rec["finish"] = choice["finish_reason"]
+    return rec
+
+
+def drive(
+    *,
+    base: str,
+    key: str,
+    prompts_per_client: list[list[str]],
+    max_tokens: int,
+    api: str = "rest",
+) -> dict:
     """Every client sends its prompts one after another, all clients at once; tokens/s,
     inter-token latency (the gap between token events split over their tokens) and TTFT."""
     import httpx
@@ -69,7 +116,10 @@ def drive(*, base: str, key: str, prompts_per_client: list[list[str]], max_token
         limits = httpx.Limits(max_connections=len(prompts_per_client) * 2 + 4)
         async with httpx.AsyncClient(timeout=600, limits=limits) as http:
             await asyncio.gather(
-                *(_client(http, base, key, ps, max_tokens, records) for ps in prompts_per_client)
+                *(
+                    _client(http, base, key, ps, max_tokens, records, api)
+                    for ps in prompts_per_client
+                )
             )
 
     t0 = time.perf_counter()
@@ -78,6 +128,8 @@ def drive(*, base: str, key: str, prompts_per_client: list[list[str]], max_token
     tokens = sum(r["tokens"] for r in records)
     itl = [x for r in records for x in r["itl"]]
     ttft = [r["ttft"] for r in records if r["ttft"] is not None]
+    submit = [r["submit"] for r in records if r.get("submit") is not None]
+    opened = [r["open"] for r in records if r.get("open") is not None]
     errors = [r["finish"] for r in records if r["finish"] not in ("stop", "length")]
     return {
         "requests": len(records),
@@ -88,6 +140,9 @@ def drive(*, base: str, key: str, prompts_per_client: list[list[str]], max_token
         "itl_ms_p99": (percentile(itl, 0.99) or 0) * 1000,
         "ttft_ms_p50": (percentile(ttft, 0.5) or 0) * 1000,
         "ttft_ms_p99": (percentile(ttft, 0.99) or 0) * 1000,
+        "submit_ms_p50": (percentile(submit, 0.5) or 0) * 1000,
+        "submit_ms_p99": (percentile(submit, 0.99) or 0) * 1000,
+        "stream_open_ms_p50": (percentile(opened, 0.5) or 0) * 1000,
         "errors": errors[:5],
         "ids": [r["id"] for r in records],
     }

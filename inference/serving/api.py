@@ -8,16 +8,16 @@ everyone else with "view" gets its metadata and figures, with the text fields nu
 DELETE of a generation that already ended is idempotent: 200 with the generation as it is
 (no error, nothing changes). DELETE of a live one asks the data plane to cancel it and
 answers 202 with the generation's state after the request (normally `cancelled`).
+Its event stream is `api_stream.py`'s.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 
 import django_filters
-from asgiref.sync import sync_to_async
-from django.http import JsonResponse, StreamingHttpResponse
+from django.core.handlers.asgi import ASGIRequest
+from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
 from rest_framework import generics, serializers, status
 from rest_framework.exceptions import APIException, PermissionDenied
@@ -25,10 +25,9 @@ from rest_framework.response import Response
 from rest_framework.reverse import reverse
 
 from fleet.accounts.access import can
-from fleet.accounts.principal import Refused, principal_for
 from inference import services, wire
 from inference.models import Generation, GenerationState
-from inference.serving import readiness, sse
+from inference.serving import readiness
 from inference.serving.request_rules import (
     MAX_STOP_SEQUENCES,
     SEED_MAX,
@@ -41,7 +40,6 @@ from inference.serving.request_rules import (
 
 log = logging.getLogger(__name__)
 
-STREAM_IDLE_TIMEOUT_S = 120.0
 
 # submission's parameter names -> this API's field names
 FIELD_OF_PARAM = {"model": "pipeline"}
@@ -213,6 +211,61 @@ class GenerationSerializer(serializers.ModelSerializer):
         return data
 
 
+def submitted_body(generation: Generation, request) -> dict:
+    """`GenerationSerializer(generation).data` for a row just submitted by `request.user`
+    (queued: nothing started, nothing out yet), built directly: on the path of every request,
+    DRF's model serializer spent more CPU building its fields than the rest of the answer.
+    tests/api/test_generations_api.py holds the two equal."""
+    g = generation
+    visible = can(request.user, "read_content", g)
+    params = g.params
+    if not visible and isinstance(params, dict) and "stop" in params:
+        params = {**params, "stop": None}
+    url = reverse("api-generation-detail", args=[g.id], request=request)
+    return {
+        "id": str(g.id),
+        "pipeline": g.pipeline.name,
+        "user": g.user.username if g.user is not None else None,
+        "state": g.state,
+        "prompt": g.prompt if visible else None,
+        "params": params,
+        "prompt_token_count": len(g.prompt_tokens or []),
+        "output_text": g.output_text if visible else None,
+        "output_token_count": len(g.output_tokens or []),
+        "finish_reason": g.finish_reason,
+        "error": g.error,
+        "drafter": g.drafter.name if g.drafter is not None else None,
+        "verifier": g.verifier.name if g.verifier is not None else None,
+        "attempts": g.attempts,
+        "created_at": _iso(g.created_at),
+        "started_at": _iso(g.started_at),
+        "first_token_at": _iso(g.first_token_at),
+        "finished_at": _iso(g.finished_at),
+        "timings": {
+            "queue_ms": g.queue_ms,
+            "ttft_ms": g.ttft_ms,
+            "itl_p50_ms": None,
+            "itl_p99_ms": None,
+            "itl_mean_ms": None,
+            "total_ms": None,
+        },
+        "counters": g.counters,
+        "links": {
+            "self": url,
+            "stream": reverse("api-generation-stream", args=[g.id], request=request),
+            "cancel": url,
+        },
+        "content_visible": visible,
+    }
+
+
+_DATETIME = serializers.DateTimeField()
+
+
+def _iso(value) -> str | None:
+    return None if value is None else _DATETIME.to_representation(value)
+
+
 class GenerationFilter(django_filters.FilterSet):
     state = django_filters.MultipleChoiceFilter(choices=GenerationState.choices)
     pipeline = django_filters.CharFilter(field_name="pipeline__name")
@@ -238,7 +291,24 @@ def live_output(generation: Generation) -> dict | None:
     return {"text": wire.collect_text(events), "n": n}
 
 
-class GenerationListCreate(generics.ListCreateAPIView):
+class RenderedOnLane:
+    """Under ASGI, the response leaves the view rendered, as a plain HttpResponse: Django's
+    async handler renders a template response (DRF's Response is one) in a thread hop of
+    its own, one more visit to the sync lane per request (fleet/web_handler.py)."""
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        response = super().finalize_response(request, response, *args, **kwargs)  # type: ignore[misc]
+        if not isinstance(request._request, ASGIRequest) or not hasattr(response, "render"):
+            return response
+        response.render()
+        plain = HttpResponse(response.content, status=response.status_code)
+        for header, value in response.items():
+            plain[header] = value
+        plain.cookies = response.cookies
+        return plain
+
+
+class GenerationListCreate(RenderedOnLane, generics.ListCreateAPIView):
     """List generations (newest first; `?state=`, `?pipeline=`) or start one."""
 
     serializer_class = GenerationSerializer
@@ -275,13 +345,13 @@ class GenerationListCreate(generics.ListCreateAPIView):
             cause = str(exc) or "no healthy drafter/verifier pair"
             raise NoCapacityError(readiness.not_ready(prepared.pipeline, cause=cause)) from exc
         # The row as written: its pipeline, user and pair are already on it (no re-read).
-        body = GenerationSerializer(generation, context={"request": request}).data
+        body = submitted_body(generation, request)
         return Response(
             body, status=status.HTTP_201_CREATED, headers={"Location": body["links"]["self"]}
         )
 
 
-class GenerationDetail(generics.RetrieveDestroyAPIView):
+class GenerationDetail(RenderedOnLane, generics.RetrieveDestroyAPIView):
     """One generation, with its output so far while it runs; DELETE cancels it."""
 
     serializer_class = GenerationSerializer
@@ -317,76 +387,3 @@ class GenerationDetail(generics.RetrieveDestroyAPIView):
         generation = generations().get(pk=generation.pk)
         body = GenerationSerializer(generation, context={"request": request}).data
         return Response(body, status=status.HTTP_202_ACCEPTED)
-
-
-# --- server-sent events for one generation (async: an open stream holds no thread) ----------
-
-
-def _stream_refusal(request, generation_id) -> JsonResponse | None:
-    """Authentication, permission and existence checks of a stream request, in one hop to
-    the sync thread (which every POST shares): None when the stream may be served."""
-    try:
-        user = principal_for(request)  # an API key, or the session's user
-    except Refused as refused:
-        return refused.response()
-    if not can(user, "view"):
-        return JsonResponse(
-            {"detail": "You do not have permission to perform this action."}, status=403
-        )
-    generation = Generation.objects.filter(pk=generation_id).only("id", "user_id").first()
-    if generation is None:
-        return JsonResponse({"detail": "No Generation matches the given query."}, status=404)
-    if not can(user, "read_content", generation):
-        return JsonResponse(
-            {
-                "detail": "Only the generation's owner or a user granted content access may "
-                "read its text."
-            },
-            status=403,
-        )
-    return None
-
-
-def _sse_event(entry_id: str, event: dict) -> bytes:
-    payload = json.dumps(event, separators=(",", ":"))
-    return f"id: {entry_id}\nevent: {event.get('type', 'message')}\ndata: {payload}\n\n".encode()
-
-
-async def generation_stream(request, generation_id):
-    """`GET /api/v1/generations/<id>/stream`: the generation's events as SSE (`event:` is the
-    event type, `id:` its stream id; send `Last-Event-ID` to resume). Ends after done/error."""
-    if request.method != "GET":
-        return JsonResponse({"detail": f'Method "{request.method}" not allowed.'}, status=405)
-    refusal = await sync_to_async(_stream_refusal)(request, generation_id)
-    if refusal is not None:
-        return refusal
-    last_id = request.headers.get("Last-Event-ID") or "0"
-    if not wire.is_entry_id(last_id):
-        return JsonResponse(
-            {"Last-Event-ID": ["Give an event id this stream sent (e.g. 1700000000000-0)."]},
-            status=400,
-        )
-
-    async def events():
-        try:  # every event that arrived together in one chunk: one write per round
-            async for batch in sse.follow_batches(
-                generation_id, last_id=last_id, idle_timeout_s=STREAM_IDLE_TIMEOUT_S
-            ):
-                chunk = b"".join(
-                    _sse_event(entry_id, event)
-                    if entry_id is not None
-                    # a keep-alive tick, or the end of a stream gone quiet
-                    else (sse.KEEPALIVE_COMMENT if event["type"] == sse.KEEPALIVE else b"")
-                    for entry_id, event in batch
-                )
-                if chunk:
-                    yield chunk
-        except Exception:  # headers are sent: end with an error event, never a silent cut
-            log.exception("stream of generation %s failed", generation_id)
-            failure = {"type": "error", "error": "The server failed while streaming."}
-            yield f"event: error\ndata: {json.dumps(failure)}\n\n".encode()
-
-    response = StreamingHttpResponse(events(), content_type="text/event-stream")
-    response["Cache-Control"] = "no-cache"
-    response["X-Accel-Buffering"] = "no"
-    return response

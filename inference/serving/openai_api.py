@@ -8,8 +8,9 @@ pipeline name. Every error is an OpenAI error object
 405, 503, 504), never an HTML page.
 
 Finish reasons are OpenAI's: "length" when max_tokens ran out, "stop" otherwise (a stop
-sequence, the end-of-sequence token, or a cancellation). If the client goes away before the
-end, the generation is cancelled so its KV slots are freed on both nodes.
+sequence, the end-of-sequence token, or a cancellation). The answer -- a body or a stream --
+is `openai_stream`'s. A generating request visits the sync lane ONCE (key, pipeline,
+tokenization, rows: `_run`); the event loop does the rest.
 """
 
 from __future__ import annotations
@@ -17,14 +18,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import wraps
 
 from asgiref.sync import sync_to_async
 from django.core.exceptions import RequestDataTooBig
 from django.db import DatabaseError, transaction
-from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from redis.exceptions import RedisError
 
@@ -32,16 +33,12 @@ from fleet.accounts.access import can
 from fleet.accounts.principal import Refused, principal_for
 from fleet.guard.body_rules import InputError, load_json
 from inference import services
-from inference.models import Generation
-from inference.serving import readiness, sse
+from inference.serving import openai_stream, readiness
 from inference.serving.openai_format import (
     Choice,
     Job,
     OpenAIError,
-    chunk,
     from_request_error,
-    full_body,
-    sse_data,
 )
 from inference.serving.openai_request import (
     Options,
@@ -63,11 +60,6 @@ from inference.serving.tokenization import ModelTokenizer
 log = logging.getLogger(__name__)
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
-IDLE_TIMEOUT_S = 120.0  # no event on a generation's stream for this long -> give up
-# Short blocking reads: redis-py's default socket timeout (5 s) must not cut an XREAD.
-BLOCK_MS = 1000
-# A silent stream writes a comment this often: how a server notices that its client left.
-KEEPALIVE_S = 2.0
 # Prompts may hold NUL (a byte-level model's text; the service stores it as U+FFFD).
 NUL_OK = frozenset({"prompt", "messages"})
 # --- authentication, method and error handling: one decorator ------------------------------
@@ -103,37 +95,57 @@ def _principal(request):
 
 @dataclass
 class Caller:
-    user: object
-    may_view: bool
-    may_generate: bool
+    """Who calls, found out on the sync lane: at once for reads, inside the one hop of a
+    generating view (with its tokenization and submit), or after a refusal of the request
+    itself, so that a client with a bad key hears about its key first, as before."""
+
+    request: HttpRequest
+    action: str
     body: dict = field(default_factory=dict)
+    user: object = None
+    may_view: bool = False
+    may_generate: bool = False
+    checked: bool = False
+
+    def authorize(self) -> None:
+        """Sync: 401/429 without a valid key, 403 without the role for `action`."""
+        if self.checked:
+            return
+        self.checked = True
+        self.user, self.may_view, self.may_generate = _principal(self.request)
+        if not (self.may_generate if self.action == "generate" else self.may_view):
+            raise OpenAIError(
+                403,
+                f"Your role does not allow this request (needs '{self.action}').",
+                type="permission_error",
+                code="insufficient_permissions",
+            )
 
 
-def endpoint(method: str, action: str):
-    """Wrap an async view: method check, Bearer auth, role check, JSON body, OpenAI errors."""
+def endpoint(method: str, action: str, *, authorize_in_view: bool = False):
+    """Wrap an async view: method check, Bearer auth, role check, JSON body, OpenAI errors.
+    `authorize_in_view`: the view calls `caller.authorize()` in its own sync hop."""
 
     def decorate(view: Callable):
         @csrf_exempt
         @wraps(view)
         async def wrapper(request: HttpRequest, *args, **kwargs):
+            caller = Caller(request, action)
             try:
-                if request.method != method:
-                    raise OpenAIError(
-                        405, f"Method {request.method} is not allowed here; use {method}."
-                    )
-                user, may_view, may_generate = await sync_to_async(_principal)(request)
-                allowed = may_generate if action == "generate" else may_view
-                if not allowed:
-                    raise OpenAIError(
-                        403,
-                        f"Your role does not allow this request (needs '{action}').",
-                        type="permission_error",
-                        code="insufficient_permissions",
-                    )
-                caller = Caller(user, may_view, may_generate)
-                if method == "POST":
-                    caller.body = _json_body(request)
-                return await view(request, caller, *args, **kwargs)
+                try:
+                    if request.method != method:
+                        raise OpenAIError(
+                            405, f"Method {request.method} is not allowed here; use {method}."
+                        )
+                    if not authorize_in_view:
+                        await sync_to_async(caller.authorize)()
+                    if method == "POST":
+                        caller.body = _json_body(request)
+                    return await view(request, caller, *args, **kwargs)
+                except (OpenAIError, RequestError):
+                    if not caller.checked:  # the key's refusal comes first
+                        await sync_to_async(caller.authorize)()
+                    raise
             except OpenAIError as exc:
                 return exc.response()
             except RequestError as exc:
@@ -312,36 +324,25 @@ class NotReadyError(OpenAIError):
         return response
 
 
-def _cancel_quietly(generation_ids) -> None:
-    for generation_id in generation_ids:
-        try:
-            generation = Generation.objects.filter(pk=generation_id).first()
-            if generation is not None and not generation.is_terminal:
-                log.info("generation %s: client left or timed out; cancelling", generation_id)
-                services.generation_cancel(generation=generation, actor=None)
-        except Exception:  # the client is gone; nobody to tell, but keep a trace
-            log.exception("could not cancel generation %s after its client left", generation_id)
-
-
 # --- completions ------------------------------------------------------------------------------
 
 
-@endpoint("POST", "generate")
+@endpoint("POST", "generate", authorize_in_view=True)
 async def completions(request, caller: Caller):
     body = caller.body
     options = common_options(body)
     prompts = completion_prompts(body, options)
-    prepared, tokenizer = await sync_to_async(_prepare)(
+    return await _run(
+        caller,
         body,
         prompts,
+        options,
         default_max_tokens=COMPLETIONS_DEFAULT_MAX_TOKENS,
         min_max_tokens=0 if options.echo else 1,  # echo + max_tokens 0: score the prompt
-        logprobs=options.logprobs is not None,
     )
-    return await _run(caller, prepared, tokenizer, options, chat=False)
 
 
-@endpoint("POST", "generate")
+@endpoint("POST", "generate", authorize_in_view=True)
 async def chat_completions(request, caller: Caller):
     body = caller.body
     options = common_options(body, chat=True)
@@ -354,19 +355,29 @@ async def chat_completions(request, caller: Caller):
         return tokenizer_for(pipeline).chat_prompt([{"role": r, "content": c} for r, c in turns])
 
     max_param = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
-    prepared, tokenizer = await sync_to_async(_prepare)(
+    return await _run(
+        caller,
         body,
         [render],
+        options,
         default_max_tokens=None,
         max_tokens_param=max_param,
         chat=True,
-        logprobs=options.logprobs is not None,
     )
-    return await _run(caller, prepared, tokenizer, options, chat=True)
 
 
-async def _run(caller: Caller, prepared, tokenizer, options: Options, *, chat: bool):
-    choices = await sync_to_async(_submit)(prepared, options, caller.user)
+async def _run(caller: Caller, body: dict, prompts: list, options: Options, *, chat=False, **kw):
+    """ONE hop to the sync lane for the key, the pipeline, the tokenization and the rows;
+    then the answer from the event loop."""
+
+    def accept():
+        caller.authorize()
+        prepared, tokenizer = _prepare(
+            body, prompts, chat=chat, logprobs=options.logprobs is not None, **kw
+        )
+        return prepared, tokenizer, _submit(prepared, options, caller.user)
+
+    prepared, tokenizer, choices = await sync_to_async(accept)()
     job = Job(
         choices=choices,
         model=prepared[0].pipeline.name,
@@ -374,120 +385,5 @@ async def _run(caller: Caller, prepared, tokenizer, options: Options, *, chat: b
         options=options,
         tokenizer=tokenizer,
     )
-    if options.stream:
-        response = StreamingHttpResponse(_sse(job), content_type="text/event-stream")
-        response["Cache-Control"] = "no-cache"
-        response["X-Accel-Buffering"] = "no"
-        return response
-    return await _complete(job)
-
-
-async def _events(job: Job, *, keepalive_s: float | None = None) -> AsyncIterator[tuple]:
-    """(choice number, event) of the job's generations until each is done/error, or a final
-    (None, "timeout") if they all go quiet; with `keepalive_s`, (None, "keepalive") ticks
-    while silent. One generation: one `follow`; several: one connection for all."""
-    ids = [c.generation.id for c in job.choices]
-    if len(ids) == 1:
-        async for _id, event in sse.follow(
-            ids[0], keepalive_s=keepalive_s, idle_timeout_s=IDLE_TIMEOUT_S, block_ms=BLOCK_MS
-        ):
-            yield (None if _id is None else 0), event
-    else:
-        async for i, event in sse.follow_many(
-            ids, keepalive_s=keepalive_s, idle_timeout_s=IDLE_TIMEOUT_S, block_ms=BLOCK_MS
-        ):
-            yield i, event
-
-
-def _error_of(event: dict) -> OpenAIError:
-    if event.get("type") == "timeout":
-        return OpenAIError(
-            504,
-            f"The generation produced nothing for {IDLE_TIMEOUT_S:g} s and was cancelled.",
-            type="server_error",
-            code="timeout",
-        )
-    return OpenAIError(
-        502,
-        f"The generation failed: {event.get('error') or 'unknown error'}",
-        type="server_error",
-        code="generation_failed",
-    )
-
-
-async def _cancel_left(job: Job, left: set[int]) -> None:
-    if left:  # timed out, failed, or the client left (CancelledError): free their KV slots
-        ids = [job.choices[i].generation.id for i in sorted(left)]
-        await asyncio.shield(sync_to_async(_cancel_quietly)(ids))
-
-
-async def _complete(job: Job) -> HttpResponse:
-    left = set(range(len(job.choices)))
-    try:
-        async for i, event in _events(job):
-            kind = event.get("type")
-            if kind in ("error", "timeout"):
-                left.discard(i)
-                return _error_of(event).response()
-            if i is None:
-                continue
-            job.choices[i].take(event)
-            if kind == "done":
-                left.discard(i)
-        return JsonResponse(full_body(job))
-    finally:
-        await _cancel_left(job, left)
-
-
-async def _sse(job: Job) -> AsyncIterator[bytes]:
-    """`data: {chunk}` lines, then `data: [DONE]`; cancels the generations if cut short."""
-    left = set(range(len(job.choices)))
-    echoed: set[int] = set()
-    lp = job.options.logprobs is not None
-    try:
-        # Headers and a first line at once, so a client (and any proxy) sees the stream open
-        # while the generation waits in the queue: a chat stream's role chunk, or an SSE
-        # comment, which clients ignore.
-        if job.chat:
-            for c in job.choices:
-                yield sse_data(chunk(job, c, text="", role=True))
-        else:
-            yield b": started\n\n"
-        async for i, event in _events(job, keepalive_s=KEEPALIVE_S):
-            kind = event.get("type")
-            if kind == sse.KEEPALIVE:
-                yield sse.KEEPALIVE_COMMENT
-                continue
-            if kind in ("error", "timeout"):
-                left.discard(i)
-                yield sse_data(_error_of(event).body())
-                break
-            if i is None or kind not in ("tokens", "done"):
-                continue
-            c = job.choices[i]
-            c.take(event)
-            if job.options.echo and i not in echoed:  # the prompt first, with its logprobs
-                echoed.add(i)
-                entries = c.prompt_logprobs or [None] * len(c.prompt_ids)
-                ids = c.prompt_ids if lp else None
-                yield sse_data(chunk(job, c, text=c.prompt, tokens=ids, entries=entries))
-            if kind == "tokens":
-                text, tokens = event.get("text", ""), event.get("tokens") if lp else None
-                if text or tokens:
-                    entries = event.get("logprobs")
-                    yield sse_data(chunk(job, c, text=text, tokens=tokens, entries=entries))
-            else:
-                left.discard(i)
-                text = "" if not job.chat else None
-                yield sse_data(chunk(job, c, text=text, reason=c.finish_reason))
-        if not left and job.options.include_usage:
-            usage = {k: v for k, v in chunk(job).items() if k != "choices"}
-            yield sse_data(usage | {"choices": [], "usage": job.usage()})
-        yield b"data: [DONE]\n\n"
-    except Exception:  # headers are sent: end the stream with an error object, not a reset
-        log.exception("stream of generation %s failed", job.generation.id)
-        failure = OpenAIError(500, "The server failed while streaming.", type="server_error")
-        yield sse_data(failure.body())
-        yield b"data: [DONE]\n\n"
-    finally:
-        await _cancel_left(job, left)
+    answer = openai_stream.response(job)
+    return answer if options.stream else await answer

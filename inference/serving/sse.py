@@ -4,10 +4,10 @@ views of the REST API and of /v1.
 It yields the stream's events until a terminal one, a keep-alive tick after each `keepalive_s`
 of silence (the SSE views write it as a comment line), and gives up with a timeout event
 after `idle_timeout_s` without any event, so nobody waits forever on a stream no worker
-writes to. Each follower's blocking XREAD holds one connection of the event loop's pool
-(`fleet.redis_clients.async_client`) while it blocks, and gives it back after: no connection
-is opened per request. `follow_batches` yields every event that arrived together, so the SSE
-view writes a round's tokens in one chunk.
+writes to. The loop's `stream_hub` reads every followed stream with ONE blocking XREAD on one
+connection of the loop's pool (`fleet.redis_clients.async_client`); a second follower of a
+stream already followed here reads on its own. `follow_batches` yields every event that
+arrived together, so the SSE view writes a round's tokens in one chunk.
 
 Writing the tick is what lets the server notice a client that hung up (daphne does not read
 from a connection while it serves a request, so a silent stream would never learn that its
@@ -28,9 +28,10 @@ from typing import Any
 
 from fleet import redis_clients
 from inference import wire
+from inference.serving import stream_hub
 
 KEEPALIVE = "keepalive"  # the tick's event type
-TIMEOUT = "timeout"  # the stream stayed silent for idle_timeout_s: no terminal event came
+TIMEOUT = stream_hub.TIMEOUT  # the stream stayed silent for idle_timeout_s: no terminal event came
 KEEPALIVE_COMMENT = b": keep-alive\n\n"
 
 
@@ -97,38 +98,71 @@ async def follow_batches(
     block_ms: int = 1000,
 ) -> AsyncIterator[list[tuple[str | None, dict]]]:
     """What `follow` yields, grouped: every event already there when the consumer looks
-    (a verifier round's tokens arrive together), at least one per batch."""
+    (a verifier round's tokens arrive together), at least one per batch. Read by the loop's
+    `stream_hub` (one XREAD for every stream followed in this process), or by a pump of its
+    own when another follower of this process already follows the same stream."""
+    key = wire.stream_key(generation_id)
+    follower = stream_hub.Follower({key: 0}, {key: last_id or "0"}, idle_timeout_s=idle_timeout_s)
+    hub = stream_hub.hub()
+    if hub.add(follower, block_ms=block_ms):
+        try:
+            async for batch in _batches(follower.queue, keepalive_s, ends=1):
+                yield [(item[1] if len(item) == 3 else None, item[-1]) for item in batch]
+        finally:
+            hub.remove(follower)
+        return
     queue: asyncio.Queue = asyncio.Queue()
     stop = asyncio.Event()
-    key = wire.stream_key(generation_id)
     pump = _pump(key, last_id or "0", queue, stop, block_ms=block_ms, idle_timeout_s=idle_timeout_s)
     task = asyncio.create_task(pump)
     _pumps.add(task)
     task.add_done_callback(_pumps.discard)
     try:
-        while True:
-            try:
-                first = await asyncio.wait_for(queue.get(), keepalive_s)
-            except TimeoutError:
-                yield [(None, {"type": KEEPALIVE})]
-                continue
-            batch = [first]
-            while not queue.empty():
-                batch.append(queue.get_nowait())
-            out = []
-            for entry_id, event in batch:
-                if isinstance(event, Exception):
-                    raise event
-                out.append((entry_id, event))
-                if event.get("type") in wire.TERMINAL_TYPES or event.get("type") == TIMEOUT:
-                    yield out
-                    return
-            yield out
+        async for batch in _batches(queue, keepalive_s, ends=1):
+            yield batch
     finally:
         stop.set()  # the pump ends at its next read; never cancelled (see the module doc)
 
 
+async def _batches(queue: asyncio.Queue, keepalive_s: float | None, *, ends: int):
+    """Lists of the queue's items as they come (all that are there at once), until `ends`
+    terminal events or a timeout; a keep-alive tick after `keepalive_s` of silence. Items
+    are tuples whose last element is the event (or an exception, raised here)."""
+    while ends:
+        try:
+            first = await _next(queue, keepalive_s)
+        except TimeoutError:
+            yield [(None, {"type": KEEPALIVE})]
+            continue
+        batch = [first]
+        while not queue.empty():
+            batch.append(queue.get_nowait())
+        out = []
+        for item in batch:
+            event = item[-1]
+            if isinstance(event, Exception):
+                raise event
+            out.append(item)
+            if event.get("type") == TIMEOUT:
+                yield out
+                return
+            if event.get("type") in wire.TERMINAL_TYPES:
+                ends -= 1
+                if not ends:
+                    break
+        yield out
+
+
 _pumps: set[asyncio.Task] = set()  # strong references, so running pumps are not collected
+
+
+async def _next(queue: asyncio.Queue, timeout_s: float | None):
+    """The queue's next item, or TimeoutError after `timeout_s` (None: no limit). Cheaper
+    than `asyncio.wait_for`, which wraps every wait in a new task."""
+    if not queue.empty():
+        return queue.get_nowait()
+    async with asyncio.timeout(timeout_s):
+        return await queue.get()
 
 
 async def _pump_many(
@@ -177,27 +211,42 @@ async def follow_many(
     """(i, event) for the events of generation_ids[i], interleaved as they come, until each
     stream's terminal event; keep-alive and timeout ticks as in `follow` (index None). A
     timeout ends them all."""
+    async for batch in follow_many_batches(
+        generation_ids, keepalive_s=keepalive_s, idle_timeout_s=idle_timeout_s, block_ms=block_ms
+    ):
+        for item in batch:
+            yield item
+
+
+async def follow_many_batches(
+    generation_ids: list,
+    *,
+    keepalive_s: float | None = 2.0,
+    idle_timeout_s: float = 120.0,
+    block_ms: int = 1000,
+) -> AsyncIterator[list[tuple[int | None, dict]]]:
+    """What `follow_many` yields, grouped as `follow_batches` groups (a round's events of
+    all the streams together)."""
+    keys = [wire.stream_key(g) for g in generation_ids]
+    follower = stream_hub.Follower(
+        {k: i for i, k in enumerate(keys)}, dict.fromkeys(keys, "0"), idle_timeout_s=idle_timeout_s
+    )
+    hub = stream_hub.hub()
+    if hub.add(follower, block_ms=block_ms):
+        try:
+            async for batch in _batches(follower.queue, keepalive_s, ends=len(keys)):
+                yield [(item[0], item[-1]) for item in batch]
+        finally:
+            hub.remove(follower)
+        return
     queue: asyncio.Queue = asyncio.Queue()
     stop = asyncio.Event()
-    keys = [wire.stream_key(g) for g in generation_ids]
     pump = _pump_many(keys, queue, stop, block_ms=block_ms, idle_timeout_s=idle_timeout_s)
     task = asyncio.create_task(pump)
     _pumps.add(task)
     task.add_done_callback(_pumps.discard)
-    left = len(keys)
     try:
-        while left:
-            try:
-                i, event = await asyncio.wait_for(queue.get(), keepalive_s)
-            except TimeoutError:
-                yield None, {"type": KEEPALIVE}
-                continue
-            if isinstance(event, Exception):
-                raise event
-            yield i, event
-            if event.get("type") == TIMEOUT:
-                return
-            if event.get("type") in wire.TERMINAL_TYPES:
-                left -= 1
+        async for batch in _batches(queue, keepalive_s, ends=len(keys)):
+            yield batch
     finally:
         stop.set()

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from inference.serving import api
+from inference.serving import api, api_stream
 from inference.serving.node_session import NodeSessionView
 
 urlpatterns = [
@@ -15,7 +15,7 @@ urlpatterns = [
     ),
     path(
         "generations/<uuid:generation_id>/stream",
-        api.generation_stream,
+        api_stream.generation_stream,
         name="api-generation-stream",
     ),
 ]

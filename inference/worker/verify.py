@@ -155,6 +155,11 @@ class VerifyLoop(BaseLoop):
             starts, self.starts = starts[:free], starts[free:]
             if starts:
                 self._start(self._claim_later(starts))
+                # What came during the prefill, before the round (which takes a while): the
+                # ledger's answer to these claims (their first tokens go out now, not after
+                # the round) and drafts that can join this round's batch.
+                for kind, payload in self._drain(0.0):
+                    self.handle(kind, payload)
             t1 = time.perf_counter()
             phase("start", t1 - t0)
             t0 = t1

@@ -37,6 +37,26 @@ def test_operator_creates_a_generation(serving, as_persona, operator):
     assert response["Location"] == data["links"]["self"]
 
 
+@pytest.mark.parametrize("persona", ["operator", "admin"])
+def test_the_created_body_is_the_serializers_body_of_the_row(serving, as_persona, persona):
+    """POST answers a body built without DRF's model serializer (the hot path): it must be
+    exactly what GenerationSerializer gives for the same row, as GET would show it then."""
+    from rest_framework.test import APIRequestFactory
+
+    from inference.serving.api import GenerationSerializer
+
+    client = as_persona(persona)
+    response = client.post(URL, body(stop=["\n", "END"], seed=3), format="json")
+    assert response.status_code == 201, response.json()
+    generation = Generation.objects.select_related("pipeline", "user", "drafter", "verifier").get(
+        pk=response.json()["id"]
+    )
+    request = APIRequestFactory().get(URL)
+    request.user = generation.user  # type: ignore[assignment]
+    expected = GenerationSerializer(generation, context={"request": request}).data
+    assert response.json() == expected
+
+
 def test_text_with_nul_bytes_is_stored_on_every_database(serving, operator):
     # The OpenAI endpoints pass prompts through unchanged, and a byte-level model may
     # generate NUL: PostgreSQL refuses it in text columns, so the service replaces it.

@@ -276,9 +276,9 @@ def test_failed_generation(serving, as_persona, fake_worker):
 
 
 def test_a_silent_stream_times_out_and_cancels(serving, as_persona, fake_worker, monkeypatch):
-    from inference.serving import openai_api
+    from inference.serving import openai_stream
 
-    monkeypatch.setattr(openai_api, "IDLE_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(openai_stream, "IDLE_TIMEOUT_S", 0.3)
     from inference import wire
 
     fake_worker.events = [wire.tokens_event([65], "A", 1)]  # then nothing

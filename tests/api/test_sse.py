@@ -33,3 +33,46 @@ def test_ticks_while_silent_then_the_events():
 def test_a_stream_that_stays_silent_ends_with_a_timeout():
     kinds = collect(uuid.uuid4(), keepalive_s=None, idle_timeout_s=0.2, block_ms=50)
     assert kinds == [sse.TIMEOUT]
+
+
+def test_followers_share_one_read_per_round_and_a_newcomer_is_not_kept_waiting():
+    """The loop's stream hub: 16 followed streams, 4 rounds of one event each published
+    together, cost about one XREAD a round, not one per stream; a follower that joins while
+    the hub is blocked in a long read (block_ms 5000) gets its events at once (the wake)."""
+    from inference.serving import stream_hub
+
+    gids = [uuid.uuid4() for _ in range(16)]
+    blocker_gid, newcomer = uuid.uuid4(), uuid.uuid4()
+
+    async def one(gid):
+        return [e["type"] async for batch in sse.follow_batches(gid) for _, e in batch]
+
+    async def run():
+        hub = stream_hub.hub()
+        tasks = [asyncio.create_task(one(g)) for g in gids]
+        await asyncio.sleep(0.2)  # all of them are followed
+        reads0 = hub.reads
+        for r in range(4):
+            items: list = [(g, wire.tokens_event([97], "a", r + 1)) for g in gids]
+            if r == 3:
+                items += [(g, wire.done_event("stop", 1, 4)) for g in gids]
+            await asyncio.to_thread(wire.publish_many, items)
+            await asyncio.sleep(0.05)
+        results = await asyncio.gather(*tasks)
+        reads = hub.reads - reads0
+
+        hub.block_ms = 5000
+        blocker = asyncio.create_task(one(blocker_gid))  # keeps the hub in a long read
+        await asyncio.sleep(0.2)
+        await asyncio.to_thread(wire.publish, newcomer, wire.done_event("stop", 1, 0))
+        t0 = time.monotonic()
+        late = await one(newcomer)
+        waited = time.monotonic() - t0
+        await asyncio.to_thread(wire.publish, blocker_gid, wire.done_event("stop", 1, 0))
+        await blocker
+        return results, reads, late, waited
+
+    results, reads, late, waited = asyncio.run(run())
+    assert all(r == ["tokens"] * 4 + ["done"] for r in results)
+    assert reads <= 12, reads  # 4 rounds (a publish may split a read), not 4 x 16
+    assert late == ["done"] and waited < 1.0, waited

@@ -346,3 +346,47 @@ def test_a_resumed_attempt_sends_the_prompts_logprobs_only(transactional_db, tmp
     assert len(sent) == 2  # one per attempt
     assert len(sent[0]) == len(sent[1]) == len(p)
     assert all(_close(a, b) for a, b in zip(sent[0], sent[1], strict=True))
+
+
+def test_a_claim_confirmed_during_the_prefill_streams_before_the_round(tmp_path, monkeypatch):
+    """TTFT: the ledger's answer to a claim that arrives while the verifier prefills is
+    handled in the same step, so the first tokens go out before the verify round that
+    follows (not a whole round later)."""
+    target, _draft = write_pair(tmp_path)
+    loop = VerifyLoop(
+        engine=load_verify_engine(str(target)),
+        node_id=1,
+        pipeline_id=1,
+        config={"max_verify_batch": 8, "max_batch_wait_ms": 0},
+    )
+    order: list[str] = []
+
+    def report(kind, **body):  # a ledger that answers at once
+        if kind == "claim":
+            loop.deliver("claimed", {"starts": body["starts"], "refused": []})
+
+    verify = loop.engine.verify
+
+    def verifying(items):
+        order.append("verify")
+        return verify(items)
+
+    monkeypatch.setattr(loop, "report", report)
+    monkeypatch.setattr(loop.engine, "verify", verifying)
+    monkeypatch.setattr(
+        wire, "publish_many", lambda items: order.extend(e["type"] for _, e in items)
+    )
+    loop.deliver(
+        "start",
+        {
+            "gen": "g1",
+            "attempt": 1,
+            "pipeline": 1,
+            "prompt_tokens": [10, 11, 12, 13],
+            "params": {"temperature": 0, "max_tokens": 8},
+            "drafter": None,
+            "created": time.time(),
+        },
+    )
+    loop.step()
+    assert order[:2] == ["tokens", "verify"], order

@@ -1,0 +1,191 @@
+"""The answer half of /v1/completions and /v1/chat/completions: a submitted job's events
+from its generations' Redis streams, as one JSON body or as Server-Sent Events.
+
+Both read `sse.follow_batches` (one generation) or `sse.follow_many_batches` (n > 1, a list
+of prompts: one connection for all): every event that arrived together -- a verifier
+round's tokens -- comes as one batch, and a stream writes a batch's chunks in ONE write.
+
+If the client goes away, or the job fails or times out, the generations still running are
+cancelled, so their KV slots are freed on both nodes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+
+from asgiref.sync import sync_to_async
+from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
+
+from inference import services
+from inference.models import Generation
+from inference.serving import sse
+from inference.serving.openai_format import Job, OpenAIError, chunk, full_body, sse_data
+
+log = logging.getLogger(__name__)
+
+IDLE_TIMEOUT_S = 120.0  # no event on a generation's stream for this long -> give up
+# Short blocking reads: redis-py's default socket timeout (5 s) must not cut an XREAD.
+BLOCK_MS = 1000
+# A silent stream writes a comment this often: how a server notices that its client left.
+KEEPALIVE_S = 2.0
+DONE = b"data: [DONE]\n\n"
+
+
+def response(job: Job):
+    """A StreamingHttpResponse for a streaming job; else (a coroutine) the whole body."""
+    if job.options.stream:
+        out = StreamingHttpResponse(_sse(job), content_type="text/event-stream")
+        out["Cache-Control"] = "no-cache"
+        out["X-Accel-Buffering"] = "no"
+        return out
+    return _complete(job)
+
+
+async def _events(job: Job, *, keepalive_s: float | None = None) -> AsyncIterator[list[tuple]]:
+    """Batches of (choice number, event) of the job's generations until each is done/error,
+    or a final (None, "timeout") if they all go quiet; with `keepalive_s`, (None,
+    "keepalive") ticks while silent."""
+    ids = [c.generation.id for c in job.choices]
+    if len(ids) == 1:
+        async for one in sse.follow_batches(
+            ids[0], keepalive_s=keepalive_s, idle_timeout_s=IDLE_TIMEOUT_S, block_ms=BLOCK_MS
+        ):
+            yield [(None if entry_id is None else 0, event) for entry_id, event in one]
+    else:
+        async for many in sse.follow_many_batches(
+            ids, keepalive_s=keepalive_s, idle_timeout_s=IDLE_TIMEOUT_S, block_ms=BLOCK_MS
+        ):
+            yield many
+
+
+def _error_of(event: dict) -> OpenAIError:
+    if event.get("type") == "timeout":
+        return OpenAIError(
+            504,
+            f"The generation produced nothing for {IDLE_TIMEOUT_S:g} s and was cancelled.",
+            type="server_error",
+            code="timeout",
+        )
+    return OpenAIError(
+        502,
+        f"The generation failed: {event.get('error') or 'unknown error'}",
+        type="server_error",
+        code="generation_failed",
+    )
+
+
+def _cancel_quietly(generation_ids) -> None:
+    for generation_id in generation_ids:
+        try:
+            generation = Generation.objects.filter(pk=generation_id).first()
+            if generation is not None and not generation.is_terminal:
+                log.info("generation %s: client left or timed out; cancelling", generation_id)
+                services.generation_cancel(generation=generation, actor=None)
+        except Exception:  # the client is gone; nobody to tell, but keep a trace
+            log.exception("could not cancel generation %s after its client left", generation_id)
+
+
+async def _cancel_left(job: Job, left: set[int]) -> None:
+    if left:  # timed out, failed, or the client left (CancelledError): free their KV slots
+        ids = [job.choices[i].generation.id for i in sorted(left)]
+        await asyncio.shield(sync_to_async(_cancel_quietly)(ids))
+
+
+async def _complete(job: Job) -> HttpResponse:
+    left = set(range(len(job.choices)))
+    try:
+        async for batch in _events(job):
+            for i, event in batch:
+                kind = event.get("type")
+                if kind in ("error", "timeout"):
+                    left.discard(i)
+                    return _error_of(event).response()
+                if i is None:
+                    continue
+                job.choices[i].take(event)
+                if kind == "done":
+                    left.discard(i)
+        return JsonResponse(full_body(job))
+    finally:
+        await _cancel_left(job, left)
+
+
+class _Writer:
+    """The chunks of one batch of events, for the job's stream."""
+
+    def __init__(self, job: Job):
+        self.job = job
+        self.left = set(range(len(job.choices)))
+        self.echoed: set[int] = set()
+        self.logprobs = job.options.logprobs is not None
+        self.failed = False
+
+    def chunks(self, batch: list[tuple]) -> list[bytes]:
+        out: list[bytes] = []
+        job = self.job
+        for i, event in batch:
+            kind = event.get("type")
+            if kind == sse.KEEPALIVE:
+                out.append(sse.KEEPALIVE_COMMENT)
+                continue
+            if kind in ("error", "timeout"):
+                self.left.discard(i)
+                out.append(sse_data(_error_of(event).body()))
+                self.failed = True
+                return out
+            if i is None or kind not in ("tokens", "done"):
+                continue
+            c = job.choices[i]
+            c.take(event)
+            if job.options.echo and i not in self.echoed:  # the prompt first, with its logprobs
+                self.echoed.add(i)
+                entries = c.prompt_logprobs or [None] * len(c.prompt_ids)
+                ids = c.prompt_ids if self.logprobs else None
+                out.append(sse_data(chunk(job, c, text=c.prompt, tokens=ids, entries=entries)))
+            if kind == "tokens":
+                text = event.get("text", "")
+                tokens = event.get("tokens") if self.logprobs else None
+                if text or tokens:
+                    entries = event.get("logprobs")
+                    out.append(sse_data(chunk(job, c, text=text, tokens=tokens, entries=entries)))
+            else:
+                self.left.discard(i)
+                text = "" if not job.chat else None
+                out.append(sse_data(chunk(job, c, text=text, reason=c.finish_reason)))
+        return out
+
+
+async def _sse(job: Job) -> AsyncIterator[bytes]:
+    """`data: {chunk}` lines, then `data: [DONE]`; cancels the generations if cut short."""
+    writer = _Writer(job)
+    try:
+        # Headers and a first line at once, so a client (and any proxy) sees the stream open
+        # while the generation waits in the queue: a chat stream's role chunk, or an SSE
+        # comment, which clients ignore.
+        if job.chat:
+            yield b"".join(sse_data(chunk(job, c, text="", role=True)) for c in job.choices)
+        else:
+            yield b": started\n\n"
+        async for batch in _events(job, keepalive_s=KEEPALIVE_S):
+            out = writer.chunks(batch)
+            if writer.failed:
+                yield b"".join(out)
+                break
+            if not writer.left and job.options.include_usage:
+                usage = {k: v for k, v in chunk(job).items() if k != "choices"}
+                out.append(sse_data(usage | {"choices": [], "usage": job.usage()}))
+            if not writer.left:
+                out.append(DONE)
+                yield b"".join(out)
+                return
+            if out:
+                yield b"".join(out)
+        yield DONE
+    except Exception:  # headers are sent: end the stream with an error object, not a reset
+        log.exception("stream of generation %s failed", job.generation.id)
+        failure = OpenAIError(500, "The server failed while streaming.", type="server_error")
+        yield sse_data(failure.body()) + DONE
+    finally:
+        await _cancel_left(job, writer.left)
