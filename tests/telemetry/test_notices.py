@@ -83,9 +83,7 @@ async def test_a_move_reaches_the_fleet_view_within_2_s(viewer, admin):
     try:
         assert await _until(comm, in_pipeline(a), 10)
         moved = time.monotonic()
-        await sync_to_async(node_move)(
-            node_id=n.id, to_pipeline_id=b.id, actor=admin, force=True
-        )
+        await sync_to_async(node_move)(node_id=n.id, to_pipeline_id=b.id, actor=admin, force=True)
         assert await _until(comm, in_pipeline(b), 5)
         assert time.monotonic() - moved <= 2.0
     finally:
