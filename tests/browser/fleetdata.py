@@ -82,7 +82,8 @@ def _history(p, nodes) -> None:
     """30 minutes of 10 s rollups for the fleet, the pipeline and each node."""
     rng = random.Random(3)
     now = time.time()
-    start = math.floor((now - 1800) / 10) * 10
+    # Ends 30 s back: the running aggregator writes the buckets of the last seconds itself.
+    start = math.floor((now - 1830) / 10) * 10
     rows = []
     for k in range(180):
         t = start + 10 * k

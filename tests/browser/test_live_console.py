@@ -8,6 +8,7 @@ import time
 import pytest
 
 from fleet.accounts.wall_links import wall_link_create
+from fleet.nodes.services import node_register
 from fleet.telemetry.ingest import publish_sample
 from tests.browser.fleetdata import Feeder, build
 from tests.browser.pages import csp_violations, login, wait_live, wall_link_from_page
@@ -105,7 +106,9 @@ def test_wall_by_signed_link_recovers_after_a_server_restart(stack, chromium, sc
 
         stack.kill_web()
         page.wait_for_selector("#live-status:not(.live-live)", timeout=15000)
-        f.node(name="gpu-joined-while-down")  # the wall must show it after reconnecting
+        # registered through the registry's door (which tells the aggregators at once); the
+        # wall must show it after reconnecting
+        node_register(name="gpu-joined-while-down", profile=f.profile(), roles=["verify"])
         stack.start_web()
         wait_live(page, timeout_ms=30000)
         page.wait_for_function(

@@ -11,11 +11,12 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
 from fleet.pipelines.services import pipeline_set_k_policy
-from fleet.telemetry.aggregation import FLEET_REAL
+from fleet.telemetry.aggregation import FLEET_REAL, SNAPSHOT_FULL_S
 from fleet.telemetry.models import Rollup
 from tests.browser.fleetdata import Feeder, build
 from tests.browser.pages import login, wait_live
@@ -61,9 +62,15 @@ def test_pipeline_and_node_pages_keep_the_last_measured_acceptance(stack, chromi
         assert page.get_attribute("#kpis .kpi:has([data-k=acc_last])", "data-last") == "1"
 
         # the first paint says it too (server-rendered), on the pipeline's and a node's page
+        # (a node's snapshot is rewritten at least every SNAPSHOT_FULL_S: its socket is live)
         for path in (f"/pipelines/{world['pipeline'].pk}/", f"/nodes/{verifier.pk}/"):
-            html = page.request.get(stack.url + path).text()
-            kpis = html.split('id="kpis"')[1].split("</section>")[0]
+            deadline = time.monotonic() + SNAPSHOT_FULL_S + 5
+            while True:
+                html = page.request.get(stack.url + path).text()
+                kpis = html.split('id="kpis"')[1].split("</section>")[0]
+                if "last measured" in kpis or time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)
             assert "last measured" in kpis, path
             shown = kpis.split('data-k="acceptance_rate">')[1].split("<")[0]
             assert shown.endswith("%"), (path, shown)
