@@ -135,38 +135,27 @@ def web_server(settings, *, host: str, port: int) -> ChildSpec:
         probe_host = f"[{probe_host}]"
     return ChildSpec(
         name="web",
-        argv=[_python(), "-m", "daphne", "-b", host, "-p", str(port), "fleet.asgi:application"],
+        argv=[_python(), "-m", "fleet.web_serve", "--host", host, "--port", str(port)],
         ready_url=f"http://{probe_host}:{port}/healthz",
         essential=True,
     )
 
 
-# daphne adopting an inherited listening socket. Its `--fd` needs Twisted's `fd:` endpoint,
-# which Twisted no longer has; its `systemd:` endpoint takes the socket-activation protocol:
-# the socket at descriptor 3, LISTEN_PID = this process, LISTEN_FDS = 1.
-_ADOPT_SOCKET = (
-    "import os, sys; fd = int(sys.argv[1]); os.dup2(fd, 3); fd == 3 or os.close(fd); "
-    "os.environ.update(LISTEN_PID=str(os.getpid()), LISTEN_FDS='1', LISTEN_FDNAMES='web'); "
-    "os.execv(sys.executable, [sys.executable, '-m', 'daphne', '-e', "
-    "'systemd:domain=' + sys.argv[2] + ':index=0', 'fleet.asgi:application'])"
-)
-
-
-def adopt_socket_argv(fd: int | str, domain: str) -> list[str]:
-    """A daphne serving the inherited listening socket `fd` (domain INET or INET6)."""
-    return [_python(), "-c", _ADOPT_SOCKET, str(fd), domain]
+def adopt_socket_argv(fd: int | str) -> list[str]:
+    """A web server (`fleet.web_serve`) serving the inherited listening socket `fd`."""
+    return [_python(), "-m", "fleet.web_serve", "--fd", str(fd)]
 
 
 def web_servers(settings, *, host: str, port: int, workers: int | None = None) -> list[ChildSpec]:
-    """The web server: one daphne, or `workers` daphne processes accepting on ONE socket the
-    supervisor listens on (websockets and SSE work from any of them: channels-redis carries
-    group messages across processes, streams are in Redis). "web" comes last: it is probed."""
+    """The web server: one uvicorn (`fleet.web_serve`), or `workers` of them accepting on ONE
+    socket the supervisor listens on (websockets and SSE work from any of them: channels-redis
+    carries group messages across processes, streams are in Redis). "web" comes last: it is
+    probed."""
     workers = web_workers() if workers is None else workers
     first = web_server(settings, host=host, port=port)
     if workers == 1:
         return [first]
-    domain = "INET6" if ":" in host else "INET"
-    argv = adopt_socket_argv("{fd}", domain)
+    argv = adopt_socket_argv("{fd}")
     address = (host, port)
     extra = [
         ChildSpec(name=f"web-{i}", argv=argv, listen=address, essential=True)

@@ -2,9 +2,9 @@
 machine, against the same prompts through the engine in one process.
 
 The bench runs in a throw-away data directory with its own embedded Redis and SQLite
-database (`run()` re-executes the command there), starts daphne, the ledger consumer and two
-`run_node` workers (one drafter, one verifier; no database credentials) as subprocesses, and
-drives clients with httpx:
+database (`run()` re-executes the command there), starts the web server
+(`fleet.web_serve`), the ledger consumer and two `run_node` workers (one drafter, one
+verifier; no database credentials) as subprocesses, and drives clients with httpx:
 POST /api/v1/generations, then GET .../stream (SSE) for the token events. Per N it reports
 tokens/s, ITL p50/p99 (per token: the gap between token events split over their tokens),
 TTFT, the verifier's batch size distribution (the delta of its histogram), then the same
@@ -84,7 +84,8 @@ def run(argv: list[str], *, models: Path, log=print) -> int:
 
 
 class Stack:
-    """daphne + one drafter + one verifier, as subprocesses (killed on exit)."""
+    """The web server (`fleet.web_serve`) + one drafter + one verifier, as subprocesses
+    (killed on exit)."""
 
     def __init__(self, log):
         self.procs: list[subprocess.Popen] = []
@@ -282,15 +283,14 @@ def bench(
                     sys.executable,
                     *(["-m", "cProfile", "-o", profile] if profile else []),
                     "-m",
-                    "daphne",
-                    "-b",
+                    "fleet.web_serve",
+                    "--host",
                     "127.0.0.1",
-                    "-p",
+                    "--port",
                     str(port),
-                    "fleet.asgi:application",
                 ],
             )
-        else:  # as `manage.py up` runs them: daphnes accepting on one socket
+        else:  # as `manage.py up` runs them: web servers accepting on one socket
             from fleet.launcher import adopt_socket_argv
 
             listener = socket.create_server(("127.0.0.1", port), backlog=1024)
@@ -298,7 +298,7 @@ def bench(
             fd = listener.fileno()
             for i in range(web_workers):
                 name = "web" if i == 0 else f"web-{i + 1}"
-                stack.spawn(name, adopt_socket_argv(fd, "INET"), pass_fds=(fd,))
+                stack.spawn(name, adopt_socket_argv(fd), pass_fds=(fd,))
         stack.spawn("ledger", [sys.executable, "manage.py", "run_ledger"])
         for role, (node, token) in nodes.items():
             stack.spawn(

@@ -1,12 +1,13 @@
 """The web tier alone: `python -m inference.bench.serving_web [--clients 32] [--profile F]`.
 
 The same clients as `bench_serving` (POST /api/v1/generations, then its SSE stream; or
-/v1/completions with `stream`) against a real daphne, with the workers replaced by a fake
-verifier process that answers every start with `--rounds` token events of `--per-round`
-tokens, `--round-ms` apart, then done (what a verifier round publishes). No model, no torch:
-what it measures is the web process's CPU per request (from /proc) and the latency it adds,
-reproducible on a shared machine where the model work of the full bench is noise.
-`--profile FILE` runs daphne under `inference.bench.sampler` (every thread; a report to FILE).
+/v1/completions with `stream`) against the real web server (`fleet.web_serve`; `--server
+daphne` for comparison), with the workers replaced by a fake verifier process that answers
+every start with `--rounds` token events of `--per-round` tokens, `--round-ms` apart, then
+done (what a verifier round publishes). No model, no torch: what it measures is the web
+process's CPU per request (from /proc) and the latency it adds, reproducible on a shared
+machine where the model work of the full bench is noise. `--profile FILE` runs the web
+server under `inference.bench.sampler` (every thread; a report to FILE).
 
 Runs in a throw-away data directory with its own embedded Redis and SQLite database.
 """
@@ -136,12 +137,11 @@ def child(args) -> dict:
     prof = (
         ["-m", "inference.bench.sampler", str(Path(args.profile).resolve())] if args.profile else []
     )
-    if args.server == "uvicorn":  # for comparison: uvloop + httptools
-        server = ["-m", "uvicorn", "--host", "127.0.0.1", "--port", str(port), "--no-access-log"]
-        server += ["--loop", "uvloop", "--http", "httptools", "--lifespan", "off"]
-    else:
-        server = ["-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
-    web = spawn("web", [sys.executable, *prof, *server, "fleet.asgi:application"])
+    if args.server == "uvicorn":  # the production server (fleet/web_serve.py)
+        server = ["-m", "fleet.web_serve", "--host", "127.0.0.1", "--port", str(port)]
+    else:  # for comparison
+        server = ["-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "fleet.asgi:application"]
+    web = spawn("web", [sys.executable, *prof, *server])
     spawn(
         "verify",
         [sys.executable, "-m", "inference.bench.serving_web", "--fake-verifier"]
@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--round-ms", type=float, default=25.0)
     parser.add_argument("--api", choices=["rest", "openai"], default="rest")
     parser.add_argument("--profile", default=None)
-    parser.add_argument("--server", choices=["daphne", "uvicorn"], default="daphne")
+    parser.add_argument("--server", choices=["daphne", "uvicorn"], default="uvicorn")
     parser.add_argument("--json", default=None)
     parser.add_argument("--child", action="store_true")
     parser.add_argument("--fake-verifier", type=int, default=None)

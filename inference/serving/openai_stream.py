@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
+from json.encoder import encode_basestring_ascii
 
 from asgiref.sync import sync_to_async
 from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
@@ -21,7 +22,7 @@ from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
 from inference import services
 from inference.models import Generation
 from inference.serving import sse
-from inference.serving.openai_format import Job, OpenAIError, chunk, full_body, sse_data
+from inference.serving.openai_format import Choice, Job, OpenAIError, chunk, full_body, sse_data
 
 log = logging.getLogger(__name__)
 
@@ -112,8 +113,23 @@ async def _complete(job: Job) -> HttpResponse:
         await _cancel_left(job, left)
 
 
+_MARK = "\ue000tandem-text\ue000"  # stands for a chunk's text in a pre-encoded template
+
+
+def _template(job: Job, c: Choice) -> tuple[bytes, bytes]:
+    """The bytes of choice `c`'s text chunk before and after its JSON-encoded text: built once
+    by `chunk` itself (so the wire format is exactly `chunk`'s), then only the text varies."""
+    sent = c.sent_chars
+    line = sse_data(chunk(job, c, text=_MARK))
+    c.sent_chars = sent
+    before, after = line.split(encode_basestring_ascii(_MARK).encode(), 1)
+    return before, after
+
+
 class _Writer:
-    """The chunks of one batch of events, for the job's stream."""
+    """The chunks of one batch of events, for the job's stream. Without logprobs, a choice's
+    tokens events that arrived together become ONE chunk, written from a template encoded
+    once per choice (only the text is encoded per chunk)."""
 
     def __init__(self, job: Job):
         self.job = job
@@ -121,12 +137,26 @@ class _Writer:
         self.echoed: set[int] = set()
         self.logprobs = job.options.logprobs is not None
         self.failed = False
+        self.templates: dict[int, tuple[bytes, bytes]] = {}
+
+    def _text_chunk(self, i: int, text: str) -> bytes:
+        c = self.job.choices[i]
+        template = self.templates.get(i)
+        if template is None:
+            template = self.templates[i] = _template(self.job, c)
+        c.sent_chars += len(text)
+        return template[0] + encode_basestring_ascii(text).encode() + template[1]
 
     def chunks(self, batch: list[tuple]) -> list[bytes]:
         out: list[bytes] = []
         job = self.job
+        run_of: int | None = None  # the choice whose texts are pending (no logprobs)
+        run: list[str] = []
         for i, event in batch:
             kind = event.get("type")
+            if run and (i != run_of or kind != "tokens" or self.logprobs):
+                out.append(self._text_chunk(run_of, "".join(run)))  # type: ignore[arg-type]
+                run.clear()
             if kind == sse.KEEPALIVE:
                 out.append(sse.KEEPALIVE_COMMENT)
                 continue
@@ -146,7 +176,12 @@ class _Writer:
                 out.append(sse_data(chunk(job, c, text=c.prompt, tokens=ids, entries=entries)))
             if kind == "tokens":
                 text = event.get("text", "")
-                tokens = event.get("tokens") if self.logprobs else None
+                if not self.logprobs:
+                    if text:
+                        run_of = i
+                        run.append(text)
+                    continue
+                tokens = event.get("tokens")
                 if text or tokens:
                     entries = event.get("logprobs")
                     out.append(sse_data(chunk(job, c, text=text, tokens=tokens, entries=entries)))
@@ -154,6 +189,8 @@ class _Writer:
                 self.left.discard(i)
                 text = "" if not job.chat else None
                 out.append(sse_data(chunk(job, c, text=text, reason=c.finish_reason)))
+        if run:
+            out.append(self._text_chunk(run_of, "".join(run)))  # type: ignore[arg-type]
         return out
 
 

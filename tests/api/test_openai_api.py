@@ -243,7 +243,9 @@ def test_completion_stream_chunks(serving, as_persona, fake_worker):
     assert {c["object"] for c in chunks} == {"text_completion"}
     texts = [c["choices"][0]["text"] for c in chunks[:-1]]
     assert "".join(texts) == "Hello, world!"
-    assert [c["choices"][0]["finish_reason"] for c in chunks[:-1]] == [None] * 5 + ["stop"]
+    # the text events already there when the stream reads come as fewer, longer chunks
+    reasons = [c["choices"][0]["finish_reason"] for c in chunks[:-1]]
+    assert reasons == [None] * (len(reasons) - 1) + ["stop"] and len(reasons) >= 2
     assert chunks[-1]["choices"] == []
     assert chunks[-1]["usage"] == {"prompt_tokens": 6, "completion_tokens": 13, "total_tokens": 19}
     assert all(c["usage"] is None for c in chunks[:-1])

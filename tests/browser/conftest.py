@@ -92,8 +92,8 @@ class Stack:
     def start_web(self, timeout: float = 30.0) -> None:
         self.web = self._spawn(
             "daphne",
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port)]
-            + ["fleet.asgi:application"],
+            [sys.executable, "-m", "fleet.web_serve", "--host", "127.0.0.1"]
+            + ["--port", str(self.port)],
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -55,20 +55,21 @@ def test_web_children_share_one_listening_socket(tmp_path):
     assert not supervisor.sockets
 
 
-def test_web_servers_are_daphnes_on_the_shared_socket(settings):
+def test_web_servers_are_uvicorns_on_the_shared_socket(settings):
     one = web_servers(settings, host="127.0.0.1", port=8123, workers=1)
     assert [s.name for s in one] == ["web"] and one[0].listen is None
     many = web_servers(settings, host="127.0.0.1", port=8123, workers=3)
     assert [s.name for s in many] == ["web-2", "web-3", "web"]  # the probed one last
     assert all(s.listen == ("127.0.0.1", 8123) and s.essential for s in many)
-    assert many[0].argv[-2:] == ["{fd}", "INET"]  # daphne adopts the supervisor's socket
+    assert many[0].argv[-2:] == ["--fd", "{fd}"]  # it adopts the supervisor's socket
+    assert one[0].argv[1:3] == ["-m", "fleet.web_serve"]
     assert many[-1].ready_url == "http://127.0.0.1:8123/healthz"
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_two_daphnes_serve_one_port(transactional_db, settings):
-    """The real thing: `web_servers(workers=2)` under the supervisor, both daphnes alive and
+def test_two_web_servers_serve_one_port(transactional_db, settings):
+    """The real thing: `web_servers(workers=2)` under the supervisor, both alive and
     answering on the one port."""
     port = free_port()
     env = {**os.environ, "DATABASE_URL": database_url(), "REDIS_URL": settings.REDIS_URL}
