@@ -8,6 +8,7 @@ import time
 import pytest
 
 from fleet.accounts.wall_links import wall_link_create
+from fleet.nodes import notices
 from fleet.telemetry.ingest import publish_sample
 from tests.browser.fleetdata import Feeder, build
 from tests.browser.pages import csp_violations, login, wait_live, wall_link_from_page
@@ -105,7 +106,8 @@ def test_wall_by_signed_link_recovers_after_a_server_restart(stack, chromium, sc
 
         stack.kill_web()
         page.wait_for_selector("#live-status:not(.live-live)", timeout=15000)
-        f.node(name="gpu-joined-while-down")  # the wall must show it after reconnecting
+        joined, _ = f.node(name="gpu-joined-while-down")  # the wall shows it after reconnecting
+        notices.post([joined.pk])  # as node_register does after its commit
         stack.start_web()
         wait_live(page, timeout_ms=30000)
         page.wait_for_function(
