@@ -61,7 +61,7 @@ class PipelineSerializer(serializers.ModelSerializer):
     placements_url = serializers.SerializerMethodField()
 
     def get_placements(self, obj) -> list[dict]:
-        return PlacementSerializer(api_placements.inline_placements(obj), many=True).data
+        return list(PlacementSerializer(api_placements.inline_placements(obj), many=True).data)
 
     def get_placements_count(self, obj) -> int:
         return api_placements.placements_count(obj)

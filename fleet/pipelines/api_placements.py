@@ -16,6 +16,7 @@ from rest_framework import generics
 from fleet.pipelines.models import Pipeline, Placement
 
 PLACEMENTS_INLINE = 100
+INLINE_ATTR = "inline_placements"  # where `attach_placements` leaves them on a Pipeline
 
 
 def _ordered() -> QuerySet[Placement]:
@@ -45,13 +46,13 @@ def attach_placements(pipelines) -> None:
     for placement in ranked:
         by_pipeline[placement.pipeline_id].append(placement)
     for p in pipelines:
-        p.inline_placements = by_pipeline[p.pk]
+        setattr(p, INLINE_ATTR, by_pipeline[p.pk])
 
 
 def inline_placements(pipeline: Pipeline) -> list[Placement]:
-    if not hasattr(pipeline, "inline_placements"):
+    if not hasattr(pipeline, INLINE_ATTR):
         attach_placements([pipeline])
-    return pipeline.inline_placements
+    return getattr(pipeline, INLINE_ATTR)
 
 
 def placements_count(pipeline: Pipeline) -> int:

@@ -170,13 +170,20 @@ def test_push_pipeline_config_reaches_every_placed_node(db):
     client = redis_clients.client()
     real_pipeline, trips = client.pipeline, []
 
-    def counting(*args, **kwargs):
-        pipe = real_pipeline(*args, **kwargs)
-        execute = pipe.execute
-        pipe.execute = lambda *a, **k: (trips.append(len(pipe.command_stack)), execute(*a, **k))[1]
-        return pipe
+    class Counting:
+        """A pipeline that records how many commands each round trip carries."""
 
-    client.pipeline = counting  # type: ignore[method-assign]
+        def __init__(self, *args, **kwargs):
+            self.pipe = real_pipeline(*args, **kwargs)
+
+        def __getattr__(self, name):
+            return getattr(self.pipe, name)
+
+        def execute(self, *args, **kwargs):
+            trips.append(len(self.pipe.command_stack))
+            return self.pipe.execute(*args, **kwargs)
+
+    setattr(client, "pipeline", Counting)  # noqa: B010 (an instance attribute, undone below)
     try:
         services.push_pipeline_config(p)
     finally:
