@@ -153,8 +153,7 @@ def push_pipeline_config(pipeline: Pipeline, *, node_ids: list[int] | None = Non
     placed = pipeline.placements.all()
     if node_ids is not None:
         placed = placed.filter(node_id__in=node_ids)
-    for node_id in placed.values_list("node_id", flat=True):
-        wire.send(node_id, "config", payload)
+    wire.send_many(placed.values_list("node_id", flat=True), "config", payload)
 
 
 # --- node side, applied by the ledger consumer: the verifier owns a running row ----------

@@ -173,8 +173,17 @@ def collect_text(events: list[tuple[str, dict]]) -> str:
 
 
 # -- messages to node workers ----------------------------------------------------------------
-# Control messages -- cancel, config (to either role) -- go through the broker: one Celery task,
-# `tandem.node.message`, on the node's own queue `node.<id>`.
+# Cancels go through the broker: one Celery task, `tandem.node.message`, on the node's own
+# queue `node.<id>`.
+#
+# Configuration messages (to either role) go on the node's Redis list below, like round
+# messages, so that one change reaches a whole pipeline in ONE pipelined round trip
+# (`send_many`: 2,500 nodes in tens of ms, where a Celery publish per node took 1.5 s), and
+# successive configurations reach a node in order (one FIFO list). Both channels end in the same
+# engine-loop inbox. As with the broker's queue before, a configuration sent while a node is
+# down waits on its list (ROUND_TTL_S) and is applied when it starts, after its boot placement's
+# (the same configuration or an older one than the database's; `discard_rounds` drops it when
+# the node is declared dead).
 #
 # Messages on the hot path of every request or round -- start and claimed (the ledger's answer
 # to a claim; to a verifier), drafts (to a verifier), draft_start and results (to a drafter) --
@@ -189,6 +198,7 @@ def collect_text(events: list[tuple[str, dict]]) -> str:
 
 TASK = "tandem.node.message"
 ROUND_KINDS = frozenset({"start", "drafts", "draft_start", "results", "claimed"})
+LIST_KINDS = ROUND_KINDS | {"config"}  # sent on the node's Redis list, not through Celery
 ROUND_TTL_S = 3600  # an idle node's list does not live forever
 
 
@@ -206,16 +216,28 @@ def inspect_key(node_id: int) -> str:
 
 
 def send(node_id: int, kind: str, payload: dict[str, Any]) -> None:
-    if kind in ROUND_KINDS:
-        key = round_key(node_id)
-        pipe = redis_clients.client().pipeline(transaction=False)
-        pipe.rpush(key, json.dumps([kind, payload]))
-        pipe.expire(key, ROUND_TTL_S)
-        pipe.execute()
+    if kind in LIST_KINDS:
+        send_many([node_id], kind, payload)
         return
     from fleet.celery import app
 
     app.send_task(TASK, args=[kind, payload], queue=node_queue(node_id), ignore_result=True)
+
+
+def send_many(node_ids, kind: str, payload: dict[str, Any]) -> None:
+    """The same list message to many nodes, encoded once, in one pipelined round trip."""
+    if kind not in LIST_KINDS:
+        raise ValueError(f"{kind!r} is not sent on the nodes' lists")
+    ids = list(node_ids)
+    if not ids:
+        return
+    raw = json.dumps([kind, payload])
+    pipe = redis_clients.client().pipeline(transaction=False)
+    for node_id in ids:
+        key = round_key(node_id)
+        pipe.rpush(key, raw)
+        pipe.expire(key, ROUND_TTL_S)
+    pipe.execute()
 
 
 def discard_rounds(node_id: int) -> None:

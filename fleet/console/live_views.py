@@ -30,7 +30,7 @@ from fleet.nodes.choices import NodeState
 from fleet.nodes.models import Node
 from fleet.nodes.selectors import node_tokens
 from fleet.pipelines.models import Pipeline
-from fleet.telemetry import rollups, snapshot
+from fleet.telemetry import payloads, rollups, snapshot
 
 DEFAULT_RANGE = "1h"  # the charts' time range when a page opens
 
@@ -60,9 +60,7 @@ def pipeline_page(request, pk: int):
         "live": snapshot.read_pipeline(pipeline.pk),
         "history": selectors.history("pipeline", pipeline, DEFAULT_RANGE),
         "ranges": list(selectors.RANGES),
-        "placements": pipeline.placements.select_related("node", "node__profile").order_by(
-            "role", "node__name"
-        ),
+        **_placements_shown(pipeline),
         "can_operate": can(request.user, "operate", pipeline),
         "warmup": _warmup_of(pipeline),
     }
@@ -90,6 +88,22 @@ def node_page(request, pk: int):
         "tokens": node_tokens(node=node) if can(request.user, "administer") else None,
     }
     return render(request, "console/node.html", context)
+
+
+def _placements_shown(pipeline: Pipeline) -> dict:
+    """The placements the page lists (`payloads.shown_per_role`: the nodes its live
+    `pipeline.update` carries) and how many there are per role."""
+    every = list(pipeline.placements.values_list("pk", "role", "node__name"))
+    shown = [pk for pk, _, _ in payloads.shown_per_role(every, lambda t: t[1], lambda t: t[2])]
+    by_pk = pipeline.placements.select_related("node", "node__profile").in_bulk(shown)
+    counts = {"draft": 0, "verify": 0}
+    for _, role, _ in every:
+        counts[role] = counts.get(role, 0) + 1
+    return {
+        "placements": [by_pk[pk] for pk in shown],
+        "placement_counts": counts,
+        "rows_per_role": payloads.PIPELINE_ROWS_PER_ROLE,
+    }
 
 
 def _placement(node: Node):

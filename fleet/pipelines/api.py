@@ -7,6 +7,7 @@ read (`version` in the body, or an If-Match header) and answer 409 when it is st
 from __future__ import annotations
 
 from django.shortcuts import get_object_or_404
+from django.urls import reverse
 from drf_spectacular.utils import extend_schema
 from rest_framework import generics, serializers, status
 from rest_framework.generics import GenericAPIView
@@ -18,7 +19,7 @@ from fleet.nodes.api import IF_MATCH, RegistryErrorsMixin, node_response
 from fleet.nodes.api import expected_version as node_expected_version
 from fleet.nodes.models import Node
 from fleet.nodes.serializers import NodeSerializer
-from fleet.pipelines import selectors, services
+from fleet.pipelines import api_placements, selectors, services
 from fleet.pipelines.models import (
     CONFIG_FIELDS,
     AuditEvent,
@@ -51,7 +52,25 @@ class PlacementSerializer(serializers.ModelSerializer):
 
 
 class PipelineSerializer(serializers.ModelSerializer):
-    placements = PlacementSerializer(many=True, read_only=True)
+    """A pipeline with at most `api_placements.PLACEMENTS_INLINE` of its placements inline
+    (by role, then node name); `placements_url` pages through all of them."""
+
+    placements = serializers.SerializerMethodField()
+    placements_count = serializers.SerializerMethodField()
+    placements_truncated = serializers.SerializerMethodField()
+    placements_url = serializers.SerializerMethodField()
+
+    def get_placements(self, obj) -> list[dict]:
+        return list(PlacementSerializer(api_placements.inline_placements(obj), many=True).data)
+
+    def get_placements_count(self, obj) -> int:
+        return api_placements.placements_count(obj)
+
+    def get_placements_truncated(self, obj) -> bool:
+        return self.get_placements_count(obj) > len(api_placements.inline_placements(obj))
+
+    def get_placements_url(self, obj) -> str:
+        return reverse("pipelines-api:placements", kwargs={"pk": obj.pk})
 
     class Meta:
         model = Pipeline
@@ -65,8 +84,11 @@ class PipelineSerializer(serializers.ModelSerializer):
             "created_at",
             "updated_at",
             "placements",
+            "placements_count",
+            "placements_truncated",
+            "placements_url",
         ]
-        read_only_fields = ["id", "version", "created_at", "updated_at", "placements"]
+        read_only_fields = ["id", "version", "created_at", "updated_at"]
 
 
 class PipelineRefSerializer(serializers.ModelSerializer):
@@ -133,7 +155,7 @@ def expected_version(request, data: dict) -> int | None:
 
 
 def _detail(pipeline: Pipeline, code=status.HTTP_200_OK) -> Response:
-    pipeline = selectors.pipeline_get(pk=pipeline.pk)
+    pipeline = selectors.pipeline_counted().get(pk=pipeline.pk)
     response = Response(PipelineSerializer(pipeline).data, status=code)
     response["ETag"] = f'"{pipeline.version}"'
     return response
@@ -145,7 +167,13 @@ class PipelineList(generics.ListCreateAPIView):
     ordering_fields = ["name", "created_at"]
 
     def get_queryset(self):
-        return selectors.pipeline_list()
+        return selectors.pipeline_counted()
+
+    def list(self, request, *args, **kwargs):
+        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        assert page is not None  # the API always paginates
+        api_placements.attach_placements(page)
+        return self.get_paginated_response(self.get_serializer(page, many=True).data)
 
     def create(self, request, *args, **kwargs):
         write = PipelineWriteSerializer(data=request.data)
@@ -165,7 +193,7 @@ class PipelineDetail(generics.RetrieveUpdateAPIView):
     http_method_names = ["get", "patch", "head", "options"]
 
     def get_queryset(self):
-        return selectors.pipeline_list()
+        return selectors.pipeline_counted()
 
     def retrieve(self, request, *args, **kwargs):
         return _detail(self.get_object())

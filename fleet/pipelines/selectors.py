@@ -21,6 +21,15 @@ def pipeline_queryset() -> QuerySet[Pipeline]:
     )
 
 
+def pipeline_counted() -> QuerySet[Pipeline]:
+    """Pipelines with their drafter/verifier counts and no placements (the API attaches a
+    bounded number: `fleet.pipelines.api_placements`)."""
+    return Pipeline.objects.annotate(
+        n_drafters=Count("placements", filter=Q(placements__role="draft"), distinct=True),
+        n_verifiers=Count("placements", filter=Q(placements__role="verify"), distinct=True),
+    ).order_by("name")
+
+
 def pipeline_list(*, simulated: bool | None = None) -> QuerySet[Pipeline]:
     qs = pipeline_queryset()
     if simulated is not None:

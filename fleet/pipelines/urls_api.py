@@ -4,7 +4,7 @@
 from django.urls import path, re_path
 
 from fleet.nodes.api import ID_REGEX
-from fleet.pipelines import api
+from fleet.pipelines import api, api_placements
 
 app_name = "pipelines-api"
 
@@ -12,6 +12,9 @@ urlpatterns = [
     path("pipelines", api.PipelineList.as_view(), name="list"),
     path("pipelines/<int:pk>", api.PipelineDetail.as_view(), name="detail"),
     path("pipelines/<int:pk>/revisions", api.RevisionList.as_view(), name="revisions"),
+    path(
+        "pipelines/<int:pk>/placements", api_placements.PlacementList.as_view(), name="placements"
+    ),
     path("pipelines/<int:pk>/audit", api.AuditList.as_view(), name="audit"),
     path("pipelines/<int:pk>/place", api.Place.as_view(), name="place"),
     path("pipelines/<int:pk>/k-policy", api.SetKPolicy.as_view(), name="k-policy"),

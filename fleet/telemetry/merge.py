@@ -53,6 +53,14 @@ def _row(info: NodeInfo, fig: list | None, fresh: bool, seen_s: float | None) ->
     }
 
 
+def _role(row: payloads.NodeRow) -> str:
+    return row["role"] or ""
+
+
+def _name(row: payloads.NodeRow) -> str:
+    return row["name"]
+
+
 class Merge:
     """The leader's view: latest partial per shard, latest figures per node."""
 
@@ -183,7 +191,7 @@ class Merge:
                 "newest_ts": self.newest_ts,
                 "pipeline": summary,
                 "config": pinfo.config,
-                "nodes": pipe_rows[pid],
+                "nodes": payloads.shown_per_role(pipe_rows[pid], _role, _name),
             }
         totals: payloads.FleetTotals = {
             "nodes": len(rows),

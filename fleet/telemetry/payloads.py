@@ -4,11 +4,36 @@ forwards the same text (no per-client re-encoding)."""
 
 from __future__ import annotations
 
+import heapq
 import json
 from typing import Literal, NotRequired, TypedDict
 
 GROUP_FLEET = "fleet"  # the fleet page: deltas (fleet.telemetry.deltas), one per tick
 GROUP_WALL = "wall"  # the same without node rows (the wall shows totals and pipelines)
+
+
+# A pipeline page lists at most this many nodes per role (the first by name); its
+# `pipeline.update` carries the rows of just those nodes, so a message stays ~30 KB at any
+# pipeline size (every row of a 2,500-node pipeline was ~500 KB twice a second). The rest are
+# on the fleet page, filtered by pipeline.
+PIPELINE_ROWS_PER_ROLE = 50
+
+
+def shown_per_role(items, role_of, name_of, limit: int = PIPELINE_ROWS_PER_ROLE) -> list:
+    """The items a pipeline page shows: per role, the `limit` first by name (Python's string
+    order: the page and the aggregator pick the same nodes)."""
+    by_role: dict = {}
+    for item in items:
+        by_role.setdefault(role_of(item), []).append(item)
+    shown = []
+    for role in sorted(by_role, key=lambda r: r or ""):
+        group = by_role[role]
+        if len(group) > limit:
+            group = heapq.nsmallest(limit, group, key=name_of)
+        else:
+            group = sorted(group, key=name_of)
+        shown.extend(group)
+    return shown
 
 
 def pipeline_group(pipeline_id: int) -> str:
@@ -157,7 +182,7 @@ class PipelineUpdate(TypedDict):
     newest_ts: float | None
     pipeline: PipelineSummary
     config: dict
-    nodes: list[NodeRow]
+    nodes: list[NodeRow]  # the rows the page lists: `shown_per_role`, not the whole pipeline
 
 
 class NodeUpdate(TypedDict):

@@ -112,10 +112,13 @@
     T.barChart(document.getElementById("ch-batch-hist"), sizes, sizes.map(function (k) { return hist[k]; }), C.batch);
   }
 
-  function updateRows(nodes) {
+  /* `nodes`: the rows the page lists (the server sends at most its first rows per role);
+     the counts come from the pipeline's summary (every placed node). */
+  function updateRows(nodes, summary) {
     var counts = { draft: 0, verify: 0 };
+    if (summary && summary.drafters != null) counts = { draft: summary.drafters, verify: summary.verifiers };
+    else (nodes || []).forEach(function (r) { if (r.role) counts[r.role] = (counts[r.role] || 0) + 1; });
     (nodes || []).forEach(function (r) {
-      if (r.role) counts[r.role] = (counts[r.role] || 0) + 1;
       var tr = document.querySelector('tr[data-id="' + r.id + '"]');
       if (!tr) return;
       var put = function (cls, html) {
@@ -222,21 +225,21 @@
 
     var pointDue = T.every(2000);
     var barsDue = T.every(1000);
-    function onStats(ts, stats, nodes, last) {
+    function onStats(ts, stats, nodes, last, summary) {
       updateKpis(stats || {}, last);
       if (barsDue()) bars(stats || {});
       if (pointDue()) charts.forEach(function (el) { T.appendPoint(el, ts, stats || {}); });
-      if (nodes) updateRows(nodes);
+      if (nodes) updateRows(nodes, summary);
     }
     if (live) {
-      if (live.type === "pipeline.update") { bars(live.pipeline.stats || {}); updateRows(live.nodes); }
+      if (live.type === "pipeline.update") { bars(live.pipeline.stats || {}); updateRows(live.nodes, live.pipeline); }
       if (live.type === "node.update") bars(live.stats || {});
     }
     new T.LiveSocket(opts.socketPath, {
       subscribe: opts.subscribe,
       onMessage: function (m) {
         if (m.type === "pipeline.update") {
-          onStats(m.ts, m.pipeline.stats, m.nodes, m.pipeline.last_measured);
+          onStats(m.ts, m.pipeline.stats, m.nodes, m.pipeline.last_measured, m.pipeline);
           if (m.config) showConfig(m.config, false);
         } else if (m.type === "config.change") {
           // pushed at commit by the service that made the change: the marker shows at once

@@ -44,6 +44,10 @@ def test_bench_fleet_api_reports_every_figure(tmp_path):
     assert result["move"]["n"] == 3 and result["move"]["bytes_max"] < 2000
     for key in ("metrics", "metrics_per_node", "fleet_page", "pipeline_detail"):
         assert TIMED | {"bytes"} <= set(result[key]), key
+    for key in ("pipeline_placements", "pipeline_page"):
+        assert TIMED | {"bytes"} <= set(result[key]), key
+    # 500 placements per pipeline: a configuration change answers 100 of them, not all
+    assert result["k_policy"]["bytes_max"] < 30_000
     assert result["metrics_per_node"]["bytes"] > 10 * result["metrics"]["bytes"]
 
 

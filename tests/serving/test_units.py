@@ -159,13 +159,46 @@ def test_watchdog_deadline_reroute_and_clear_failure(
     assert wire.read_all(g.pk)[-1][1]["type"] == "error"
 
 
-def test_push_pipeline_config_reaches_every_placed_node(db, sent):
+def test_push_pipeline_config_reaches_every_placed_node(db):
+    """On each placed node's list (what its engine loop reads), in one pipelined round trip."""
+    from fleet import redis_clients
+
     p, nodes = _pipeline(verifiers=2)
-    services.push_pipeline_config(p)
-    assert sorted(n for n, k, _ in sent if k == "config") == sorted(
-        n.pk for ns in nodes.values() for n in ns
-    )
-    assert sent[0][2]["config"]["k_policy"] == {"mode": "fixed", "k": 4}
+    placed = [n.pk for ns in nodes.values() for n in ns]
+    for node_id in placed:
+        wire.discard_rounds(node_id)
+    client = redis_clients.client()
+    real_pipeline, trips = client.pipeline, []
+
+    class Counting:
+        """A pipeline that records how many commands each round trip carries."""
+
+        def __init__(self, *args, **kwargs):
+            self.pipe = real_pipeline(*args, **kwargs)
+
+        def __getattr__(self, name):
+            return getattr(self.pipe, name)
+
+        def execute(self, *args, **kwargs):
+            trips.append(len(self.pipe.command_stack))
+            return self.pipe.execute(*args, **kwargs)
+
+    setattr(client, "pipeline", Counting)  # noqa: B010 (an instance attribute, undone below)
+    try:
+        services.push_pipeline_config(p)
+    finally:
+        del client.pipeline
+    assert trips == [2 * len(placed)]  # one round trip: RPUSH + EXPIRE per node
+    for node_id in placed:
+        [(kind, payload)] = wire.receive(node_id, timeout_s=1)
+        assert kind == "config" and payload["version"] == p.version
+        assert payload["config"]["k_policy"] == {"mode": "fixed", "k": 4}
+        assert payload["pipeline"] == p.pk
+
+
+def test_send_many_refuses_kinds_that_go_through_the_broker():
+    with pytest.raises(ValueError):
+        wire.send_many([1, 2], "cancel", {})
 
 
 def test_accumulate_and_modeled_power():
