@@ -4,8 +4,9 @@ port). uvicorn with uvloop and httptools: on the per-token SSE path it measured 
 web CPU per request than daphne (`inference.bench.serving_web --rounds 64 --per-round 1
 --api openai`, side by side), and it serves Channels' websockets the same (`websockets`).
 
-Settings kept as daphne had them: no X-Forwarded-* trusted (`--proxy-headers` off), no access
-log. An open SSE stream must not hold a stop: graceful shutdown waits at most
+Settings kept as daphne had them: no X-Forwarded-* trusted (`--proxy-headers` off), an access
+log of every request (path and query string: no secret ever rides in a URL, the wall's token
+included; tests/console/test_wall_access_log.py). An open SSE stream must not hold a stop: graceful shutdown waits at most
 `SHUTDOWN_S` for open connections.
 """
 
@@ -27,7 +28,7 @@ def config(**where):
         http="httptools",
         ws="websockets-sansio",
         lifespan="off",
-        access_log=False,
+        access_log=True,
         proxy_headers=False,
         server_header=False,
         timeout_graceful_shutdown=SHUTDOWN_S,

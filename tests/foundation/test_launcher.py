@@ -48,7 +48,7 @@ def test_children_are_the_control_worker_then_the_web_server(settings):
     worker, web = specs[0], specs[-1]  # factories in CHILD_FACTORIES come in between
     assert (worker.name, web.name) == ("worker", "web")
     assert "--queues=control" in worker.argv
-    assert web.argv[-1] == "fleet.asgi:application"
+    assert web.argv[1:3] == ["-m", "fleet.web_serve"]  # uvicorn serving fleet.asgi:application
     assert web.ready_url == "http://127.0.0.1:8123/healthz"
 
 
