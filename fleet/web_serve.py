@@ -6,8 +6,8 @@ web CPU per request than daphne (`inference.bench.serving_web --rounds 64 --per-
 
 Settings kept as daphne had them: no X-Forwarded-* trusted (`--proxy-headers` off), an access
 log of every request (path and query string: no secret ever rides in a URL, the wall's token
-included; tests/console/test_wall_access_log.py). An open SSE stream must not hold a stop: graceful shutdown waits at most
-`SHUTDOWN_S` for open connections.
+included; tests/console/test_wall_access_log.py). An open SSE stream must not hold a stop:
+graceful shutdown waits at most `SHUTDOWN_S` for open connections.
 """
 
 from __future__ import annotations
