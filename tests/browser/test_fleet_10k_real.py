@@ -22,7 +22,7 @@ from fleet.nodes.services import node_mark_lost
 from tests.browser import fleet10k
 from tests.browser.conftest import ROOT, Stack
 from tests.browser.pages import login, wait_live
-from tests.browser.test_fleet_10k import FILTER, ROWS, SHOWN, WATCH
+from tests.browser.test_fleet_10k import ROWS, SHOWN, WATCH, filters_apply_within_1_s
 from tests.conftest import client_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -73,19 +73,7 @@ def test_fleet_page_at_10k_nodes_with_the_real_aggregator(
         assert stack.aggregator is not None and stack.aggregator.poll() is None
 
         # a filter applies within 1 s: by name, then by role
-        by_name = page.evaluate(FILTER, ['#filters input[name="q"]', "node-0424", None])
-        assert by_name["rows"] == 10 and by_name["shown"] == "10", by_name
-        page.wait_for_selector('tr[data-name="node-04242"]', timeout=1000)
-        figures["filter_by_name_ms"] = round(by_name["ms"], 1)
-        cleared = page.evaluate(FILTER, ['#filters input[name="q"]', "", None])
-        assert cleared["rows"] == N
-        figures["filter_clear_ms"] = round(cleared["ms"], 1)
-        t_sel = time.monotonic()
-        page.select_option('select[name="role"]', "verify")
-        page.wait_for_function(SHOWN, arg=str(N // 4), timeout=1000)
-        figures["filter_by_role_s"] = round(time.monotonic() - t_sel, 3)
-        page.select_option('select[name="role"]', "")
-        page.wait_for_function(SHOWN, arg=str(N), timeout=1000)
+        figures.update(filters_apply_within_1_s(page, N))
 
         # a state change through the real service: the node's row on screen shows "lost"
         lost_id = page.evaluate(f"() => Number(document.querySelectorAll('{ROWS}')[5].dataset.id)")
