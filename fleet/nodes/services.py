@@ -50,7 +50,7 @@ def _notify(event: str, node_ids: list[int]) -> None:
 def registry_changed_after_commit(node_ids: list[int]) -> None:
     """For changes made outside this registry that the fleet view shows (a node moved to
     another pipeline, placed, unplaced): the aggregators reload these nodes after commit."""
-    transaction.on_commit(lambda: notices.post(node_ids))
+    _after_commit("placement changed", node_ids)
 
 
 def _locked(node: Node) -> Node:
