@@ -142,10 +142,24 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 REDIS_URL = env_str("REDIS_URL") or discover(DATA_DIR) or ""
 
 
+# channels_redis waits for a socket's messages with BZPOPMIN of 5 s; redis-py 8 reads with a
+# 5 s socket timeout by default, so an idle websocket's wait raced that timeout and lost under
+# load (TimeoutError: the server dropped the socket, 1006, every ~5 s of quiet). The read
+# timeout must outlast the blocking command.
+CHANNEL_LAYER_SOCKET_TIMEOUT_S = 30.0
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL or "redis://127.0.0.1:1/0"], "capacity": 1000, "expiry": 10},
+        "CONFIG": {
+            "hosts": [
+                {
+                    "address": REDIS_URL or "redis://127.0.0.1:1/0",
+                    "socket_timeout": CHANNEL_LAYER_SOCKET_TIMEOUT_S,
+                }
+            ],
+            "capacity": 1000,
+            "expiry": 10,
+        },
     }
 }
 

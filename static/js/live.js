@@ -76,6 +76,8 @@
     for (var i = 0; i < els.length; i++) if (els[i].innerHTML !== html) els[i].innerHTML = html;
   }
 
+  var STALE_S = 5; // seconds without a newer aggregator stamp before the figures are "stale"
+
   /* A websocket that comes back: exponential backoff with jitter (0.5 s .. 15 s), a watchdog
      that reconnects when the server goes quiet (half-open TCP), and re-subscription. */
   function LiveSocket(path, options) {
@@ -95,7 +97,7 @@
         return;
       }
       var quiet = Math.round((Date.now() - self.lastFresh) / 1000);
-      if (quiet >= 5) self.status("stale", "no fresh telemetry for " + quiet + " s");
+      if (quiet >= STALE_S) self.status("stale", "no fresh telemetry for " + quiet + " s");
     }, 1000);
   }
   LiveSocket.prototype.status = function (state, detail) {
@@ -124,8 +126,12 @@
     ws.onopen = function () {
       self.attempt = 0;
       self.lastMessage = Date.now();
-      self.lastFresh = Date.now();
-      self.status("live", "live");
+      // Connected is not live: after a reconnect the numbers are live again only once a fresh
+      // stamp arrives (the first connection gets the usual grace before "stale").
+      var quiet = Math.round((Date.now() - self.lastFresh) / 1000);
+      if (!self.lastTs) self.lastFresh = Date.now();
+      if (self.lastTs && quiet >= STALE_S) self.status("stale", "no fresh telemetry for " + quiet + " s");
+      else self.status("live", "live");
       (self.options.subscribe || []).forEach(function (sub) {
         ws.send(JSON.stringify(Object.assign({ action: "subscribe" }, sub)));
       });

@@ -11,7 +11,14 @@ from fleet.accounts.wall_links import wall_link_create
 from fleet.nodes.services import node_register
 from fleet.telemetry.ingest import publish_sample
 from tests.browser.fleetdata import Feeder, build
-from tests.browser.pages import csp_violations, login, wait_live, wall_link_from_page
+from tests.browser.pages import (
+    csp_violations,
+    frame_log,
+    live_history,
+    login,
+    wait_live,
+    wall_link_from_page,
+)
 from tests.telemetry import factories as f
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -92,6 +99,7 @@ def test_wall_by_signed_link_recovers_after_a_server_restart(stack, chromium, sc
     context = chromium.new_context(viewport={"width": 1920, "height": 1080})
     page = context.new_page()
     refused = csp_violations(page)
+    frames = frame_log(page)
     try:
         assert "#token=" in wall_url  # the token rides in the fragment, out of access logs
         page.goto(wall_url)
@@ -118,9 +126,31 @@ def test_wall_by_signed_link_recovers_after_a_server_restart(stack, chromium, sc
         )
         page.screenshot(path=str(screenshots / "wall-after-restart.png"))
 
-        # no aggregator: the numbers stop being fresh, and the wall says so
+        # no aggregator: the numbers stop being fresh, and the wall says so; the quiet socket
+        # stays open until the page's own watchdog (8 s without a frame) reconnects, and the
+        # reconnected page still says stale: connected is not live
         stack.kill_aggregator()
-        page.wait_for_selector("#live-status.live-stale", timeout=15000)
+        killed = time.time()
+        why = lambda: live_history(page, frames, since=killed)  # noqa: E731
+        try:
+            page.wait_for_selector("#live-status.live-stale", timeout=15000)
+            page.wait_for_function(
+                "since => window.__liveStates.some(([t, s]) => t > since && s.includes('down'))",
+                arg=killed * 1000,
+                timeout=15000,
+            )
+            page.wait_for_timeout(1500)
+        except Exception:
+            raise AssertionError(why()) from None
+        first_close = min(t for t, kind, _ in frames if t > killed and kind == "close")
+        last_frame = max(
+            t for t, kind, _ in frames if t < first_close and kind not in ("open", "close")
+        )
+        assert first_close - last_frame >= 7.5, why()  # the page's watchdog, not the server
+        states = page.evaluate("window.__liveStates")
+        stale_at = min(t for t, state in states if t > killed * 1000 and "live-stale" in state)
+        assert not [st for t, st in states if t > stale_at and "live-live" in st], why()
+        assert "live-stale" in page.get_attribute("#live-status", "class"), why()
         stack.start_aggregator()
         wait_live(page, timeout_ms=20000)
 
