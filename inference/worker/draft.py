@@ -39,27 +39,44 @@ class DraftLoop(BaseLoop):
             logger.warning("drafter %s: unknown message %r", self.node_id, kind)
 
     def _add(self, p: dict) -> None:
+        """Start a message's new sequences, their contexts prefilled in one batched forward
+        (one by one only when the batch fails, so one bad context costs no other)."""
         from inference.engine.sampling import SamplingParams
 
+        fresh: dict[str, tuple[int, list[int], SamplingParams]] = {}
         for s in p["seqs"]:
             gid, attempt = s["gen"], s.get("attempt", 1)
             if self.tombstones.blocks(gid, attempt):
                 continue
             if gid in self.verifier_of:  # a re-routed sequence: begin again
                 self.drop(gid, self.attempt_of[gid])
-            try:
-                self.engine.add(gid, s["ctx"], SamplingParams.from_json(s["params"]))
-            except Exception:
-                logger.exception(
-                    "drafter %s: cannot add %s; it decodes without drafts", self.node_id, gid
-                )
-                self.send(
-                    p["verifier"], "drafts", {"drafter": self.node_id, "drafts": [], "plain": [gid]}
-                )
-                continue
-            self.verifier_of[gid], self.attempt_of[gid] = p["verifier"], attempt
+            fresh[gid] = (attempt, s["ctx"], SamplingParams.from_json(s["params"]))
+        try:
+            self.engine.add_many([(g, ctx, params) for g, (_, ctx, params) in fresh.items()])
+            added = list(fresh)
+        except Exception:
+            for gid in fresh:  # whatever the failed batch allocated
+                self.engine.free(gid)
+            added = [gid for gid, item in fresh.items() if self._add_one(p, gid, item)]
+        for gid in added:
+            self.verifier_of[gid], self.attempt_of[gid] = p["verifier"], fresh[gid][0]
             self.ready.append(gid)
         self._inspect_dirty = True
+
+    def _add_one(self, p: dict, gid: str, item: tuple) -> bool:
+        _, ctx, params = item
+        try:
+            self.engine.add(gid, ctx, params)
+            return True
+        except Exception:
+            self.engine.free(gid)  # a slot it may have taken before failing
+            logger.exception(
+                "drafter %s: cannot add %s; it decodes without drafts", self.node_id, gid
+            )
+            self.send(
+                p["verifier"], "drafts", {"drafter": self.node_id, "drafts": [], "plain": [gid]}
+            )
+            return False
 
     def _commit(self, verifier: int, results: list[dict]) -> None:
         for r in results:
