@@ -16,6 +16,7 @@ from django.utils import timezone
 from fleet.nodes.choices import SERVING_STATES
 from fleet.nodes.models import Node
 from fleet.pipelines.models import DrafterKind, Pipeline, Placement, PlacementRole
+from fleet.raw_models import raw_instances
 from inference.models import Generation
 from inference.selectors import ACTIVE_STATES
 
@@ -53,7 +54,7 @@ def _load(pipeline: Pipeline, *, exclude: set[int]) -> list[Node]:
     )
     since = connection.ops.adapt_datetimefield_value(timezone.now() - Node.liveness_window())
     params = [*active, pipeline.pk, *serving, since, *excluded]
-    return list(Node.objects.raw(sql, params))
+    return raw_instances(Node, sql, params)
 
 
 def _marks(values: list) -> str:

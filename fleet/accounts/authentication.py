@@ -14,6 +14,7 @@ from fleet.accounts import key_throttle
 from fleet.accounts.access import remember_groups
 from fleet.accounts.models import ApiKey
 from fleet.accounts.secrets import digest, same, split_prefix
+from fleet.raw_models import raw_instances
 
 
 def bearer_token(request) -> str | None:
@@ -58,7 +59,7 @@ def _key_owner(prefix: str):
         f"JOIN {ApiKey._meta.db_table} k ON k.user_id = u.{User._meta.pk.column} "
         "WHERE k.prefix = %s"
     )
-    rows = list(User.objects.raw(sql, [prefix]))
+    rows = raw_instances(User, sql, [prefix])
     if not rows:
         return None
     user = rows[0]

@@ -17,6 +17,7 @@ from django.http import JsonResponse, StreamingHttpResponse
 
 from fleet.accounts.access import can
 from fleet.accounts.principal import Refused, principal_for
+from fleet.raw_models import raw_instances
 from fleet.web_handler import read_lane
 from inference import wire
 from inference.models import Generation
@@ -56,11 +57,10 @@ def _owner_of(generation_id) -> Generation | None:
     """The generation with only its id and owner (all a stream's checks need): raw SQL, on
     the path of every stream."""
     table = Generation._meta.db_table
-    rows = list(
-        Generation.objects.raw(
-            f"SELECT id, user_id FROM {table} WHERE id = %s",
-            [Generation._meta.pk.get_db_prep_value(generation_id, connection)],
-        )
+    rows = raw_instances(
+        Generation,
+        f"SELECT id, user_id FROM {table} WHERE id = %s",
+        [Generation._meta.pk.get_db_prep_value(generation_id, connection)],
     )
     return rows[0] if rows else None
 

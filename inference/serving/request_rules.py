@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass
 
 from fleet.pipelines.models import Pipeline
+from fleet.raw_models import raw_instances
 from inference.serving import tokenization
 
 log = logging.getLogger(__name__)
@@ -56,10 +57,8 @@ def pipeline_named(name) -> Pipeline:
     if not isinstance(name, str) or not name:
         raise RequestError("'model' must be a non-empty string.", param="model")
     table = Pipeline._meta.db_table
-    found = list(
-        Pipeline.objects.raw(
-            f"SELECT * FROM {table} WHERE name = %s AND simulated = %s", [name, False]
-        )
+    found = raw_instances(
+        Pipeline, f"SELECT * FROM {table} WHERE name = %s AND simulated = %s", [name, False]
     )
     if not found:
         raise ModelNotFound(name)
