@@ -129,11 +129,11 @@ def test_wall_charts_draw_real_nodes_and_the_simulated_apart(stack, chromium, vi
         assert power[2]["y"][:n] == pytest.approx(sent["simulated_power_w"], abs=0.05)
         real = {
             (r.start.timestamp() + 10): r.data["power_draft_w"]
-            for r in Rollup.objects.filter(scope="fleet", scope_id=FLEET_REAL)
+            for r in Rollup.objects.filter(scope="fleet", scope_id=FLEET_REAL, resolution_s=10)
         }
         everything = {
             (r.start.timestamp() + 10): r.data["power_draft_w"]
-            for r in Rollup.objects.filter(scope="fleet", scope_id=0)
+            for r in Rollup.objects.filter(scope="fleet", scope_id=0, resolution_s=10)
         }
         for t, drawn in zip(sent["t"], power[0]["y"][:n], strict=True):
             assert drawn == pytest.approx(real[t], abs=0.05)
