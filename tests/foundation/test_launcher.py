@@ -342,3 +342,26 @@ def test_stop_sends_nothing_to_the_old_group_of_a_child_given_up_on(tmp_path, mo
     supervisor.stop_all()
     assert doomed.process.pid not in signalled
     assert steady.process.pid in signalled and steady.process.poll() is not None
+
+
+def test_up_points_its_channel_layer_at_the_redis_it_started(settings):
+    """`up` reads settings before its embedded Redis exists: its own channel layer (change
+    markers of the demo pipelines it creates) must follow the URL, as Celery's does. It did
+    not: "change marker not pushed … ConnectionError" at every start."""
+    import copy
+
+    from channels.layers import channel_layers, get_channel_layer
+
+    from fleet.console.management.commands.up import _use_redis_for_celery
+    from fleet.redis_clients import redis_url
+
+    settings.CHANNEL_LAYERS = copy.deepcopy(settings.CHANNEL_LAYERS)
+    (host,) = settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"]
+    host["address"] = "redis://127.0.0.1:1/0"  # what settings hold before the Redis starts
+    url = redis_url()
+    channel_layers.backends.clear()
+    try:
+        _use_redis_for_celery(url)
+        assert get_channel_layer().hosts[0]["address"] == url
+    finally:
+        channel_layers.backends.clear()

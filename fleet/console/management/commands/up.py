@@ -72,11 +72,17 @@ def _node_child_exited(spec: launcher.ChildSpec, reason: str) -> None:
 
 def _use_redis_for_celery(url: str) -> None:
     """Settings were read before the embedded Redis existed; this process sends messages
-    to node workers too (`_node_child_exited` re-routes), so its Celery app needs the URL."""
+    to node workers too (`_node_child_exited` re-routes), so its Celery app needs the URL,
+    and so does its channel layer (the demo pipelines' first revisions push change markers)."""
+    from channels.layers import channel_layers
+
     from fleet.celery import app
 
     settings.CELERY_BROKER_URL = settings.CELERY_RESULT_BACKEND = url
     app.conf.update(broker_url=url, result_backend=url)
+    for host in settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"]:  # type: ignore[index]
+        host["address"] = url
+    channel_layers.backends.clear()
 
 
 def _close_orphans(specs: list[launcher.ChildSpec]) -> None:
