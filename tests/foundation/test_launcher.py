@@ -352,7 +352,7 @@ def test_up_points_its_channel_layer_at_the_redis_it_started(settings):
 
     from channels.layers import channel_layers, get_channel_layer
 
-    from fleet.console.management.commands.up import _use_redis_for_celery
+    from fleet.console.management.commands.up import _use_started_redis
     from fleet.redis_clients import redis_url
 
     settings.CHANNEL_LAYERS = copy.deepcopy(settings.CHANNEL_LAYERS)
@@ -361,7 +361,7 @@ def test_up_points_its_channel_layer_at_the_redis_it_started(settings):
     url = redis_url()
     channel_layers.backends.clear()
     try:
-        _use_redis_for_celery(url)
+        _use_started_redis(url)
         assert get_channel_layer().hosts[0]["address"] == url
     finally:
         channel_layers.backends.clear()

@@ -70,7 +70,7 @@ def _node_child_exited(spec: launcher.ChildSpec, reason: str) -> None:
         print(f"  {spec.node}: {moved} generation(s) re-routed, {failed} ended with an error")
 
 
-def _use_redis_for_celery(url: str) -> None:
+def _use_started_redis(url: str) -> None:
     """Settings were read before the embedded Redis existed; this process sends messages
     to node workers too (`_node_child_exited` re-routes), so its Celery app needs the URL,
     and so does its channel layer (the demo pipelines' first revisions push change markers)."""
@@ -115,7 +115,7 @@ class Command(BaseCommand):
             if redis_server:
                 self._say(f"  started redis        pid {redis_server.process.pid} (embedded)")
             settings.REDIS_URL = env_str("REDIS_URL")
-            _use_redis_for_celery(settings.REDIS_URL)
+            _use_started_redis(settings.REDIS_URL)
 
             call_command("migrate", interactive=False, verbosity=0)
             call_command("local_nodes", verbosity=0)  # node workers hold no DB credentials
