@@ -396,9 +396,13 @@ def publish(owner, r, layer, built: dict, interested: set[str], now: float) -> l
 
 
 async def _ensure_groups(r, owned) -> None:
+    """The consumer group of each shard, made where missing. It starts at the stream's first
+    entry ("0"), not its end: samples published before any aggregator ever read the shard (a
+    fresh deployment, a stream re-made after a delete) are read, not silently skipped. The
+    stream holds at most STREAM_MAXLEN entries, so that first read is bounded."""
     for shard in owned:
         try:
-            await r.xgroup_create(STREAMS[shard], shards.GROUP, id="$", mkstream=True)
+            await r.xgroup_create(STREAMS[shard], shards.GROUP, id="0", mkstream=True)
         except Exception as exc:  # BUSYGROUP: it exists
             if "BUSYGROUP" not in str(exc):
                 raise
