@@ -513,6 +513,20 @@ class Aggregation:
         return rows
 
 
+def covered_span(spans: dict[bytes | str, float]) -> float:
+    """The seconds a scope rollup bucket covers, from its shard fields' spans (Redis hash
+    fields, `_close`): a 10 s bucket's fields ("<shard>") cover the same seconds, the longest
+    counts (an owner that started mid-bucket saw less); a 5-minute bucket's fields
+    ("<shard>:<10 s start>") are per 10 s bucket, whose spans add up. (Taking the longest of
+    those divided five minutes of energy by ten seconds: a 30x overstated power.)"""
+    per_bucket: dict[str, float] = {}
+    for key, span in spans.items():
+        name = key.decode() if isinstance(key, bytes) else key
+        ten_s = name.partition(":")[2]
+        per_bucket[ten_s] = max(per_bucket.get(ten_s, 0.0), span)
+    return sum(per_bucket.values())
+
+
 def _by_start(items: list) -> list[tuple[float, float, list]]:
     out: dict[float, tuple[float, list]] = {}
     for start, span, groups in items:

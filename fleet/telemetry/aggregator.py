@@ -34,7 +34,13 @@ from asgiref.sync import sync_to_async
 
 from fleet.redis_clients import REFRESH_LEADER_LOCK
 from fleet.telemetry import feed, notices, partials, payloads, shards
-from fleet.telemetry.aggregation import ROLLUP_LONG_S, ROLLUP_S, Aggregation, scope_rollups
+from fleet.telemetry.aggregation import (
+    ROLLUP_LONG_S,
+    ROLLUP_S,
+    Aggregation,
+    covered_span,
+    scope_rollups,
+)
 from fleet.telemetry.ingest import SHARDS, STREAMS
 from fleet.telemetry.registry import Registry, load_nodes, load_registry
 from fleet.telemetry.snapshot import INTEREST_KEY, LIVE_KEY
@@ -371,9 +377,9 @@ class Aggregator(Aggregation):
                 self._scopes_done.add((resolution, start))
                 if not got:
                     continue
-                decoded = [partials.decode_rollup(raw) for raw in got.values()]
-                span = max(span for span, _ in decoded)
-                rows += scope_rollups(resolution, start, span, [g for _, g in decoded])
+                decoded = {field: partials.decode_rollup(raw) for field, raw in got.items()}
+                span = covered_span({field: span for field, (span, _) in decoded.items()})
+                rows += scope_rollups(resolution, start, span, [g for _, g in decoded.values()])
                 await r.delete(key)
         if len(self._scopes_done) > 100:
             self._scopes_done = {k for k in self._scopes_done if k[1] > now - 900}

@@ -179,6 +179,80 @@ def test_rollups_written_pruned_and_charted(fleet_setup):
     assert Rollup.objects.count() == 3
 
 
+@pytest.mark.parametrize("offset_s", [0.0, 125.0], ids=["at-a-bucket-start", "mid-bucket"])
+def test_the_leaders_rollups_through_redis_match_the_in_process_ones(
+    fleet_setup, monkeypatch, settings, offset_s
+):
+    """The loop's path (each shard's bucket sums in a real Redis, the leader's scope rows)
+    writes the same rollups as `close_buckets` does in one process: 10 s and 5 minutes, for
+    an aggregator started at a 5-minute boundary or 125 s into one. (The 5-minute pipeline
+    and fleet rows divided five minutes of energy by one 10 s bucket's span: 30x the power.)"""
+    import asyncio
+
+    import redis.asyncio as aioredis
+
+    from fleet.telemetry import aggregator as loop_module
+    from fleet.telemetry import partials
+
+    (v, vt), (d, dt) = fleet_setup["v"], fleet_setup["d"]
+    base = 1_700_000_100.0  # a multiple of 10 and 300 s
+    started = base + offset_s
+    clock = [started]
+    in_loop = Aggregator(tick_s=1.0, clock=lambda: clock[0])
+    in_process = Aggregator(tick_s=1.0, clock=lambda: started)
+    for agg in (in_loop, in_process):
+        agg.set_registry(load_registry())
+    written: list[dict] = []
+    monkeypatch.setattr(loop_module, "write_rollups", lambda rows: written.extend(rows))
+    expected: list[dict] = []
+
+    async def drive() -> None:
+        r = aioredis.from_url(settings.REDIS_URL)
+        await r.delete(
+            *(partials.rollup_key(10, base + i * 10) for i in range(32)),
+            partials.rollup_key(300, base),
+            partials.rollup_key(300, base + 300),
+        )
+        background: set = set()
+        t = started
+        while t < base + 300 + 12:
+            for node, token, sample in ((v, vt, f.verify_sample), (d, dt, f.draft_sample)):
+                entry = encode(node.id, sample(ts=t), key=f.key_of(node.id, token))
+                for agg in (in_loop, in_process):
+                    agg.ingest_entry(entry, now=t)
+            t += 1.0
+            clock[0] = t
+            expected.extend(in_process.close_buckets(t))
+            await in_loop._close_due(r, t, background)
+        await asyncio.gather(*background)
+        await r.aclose()
+
+    asyncio.run(drive())
+
+    def figures(rows: list[dict]) -> dict:
+        return {
+            (r["scope"], r["scope_id"], r["resolution_s"], r["start"].timestamp()): (
+                r["data"]["power_w"],
+                r["data"]["tokens_per_s"],
+            )
+            for r in rows
+            if r["start"].timestamp() < base + 300  # the last 10 s ones may still be open
+        }
+
+    got, want = figures(written), figures(expected)
+    assert ("fleet", 0, 300, base) in want and ("pipeline", fleet_setup["pipeline"].id, 300, base)
+    assert got.keys() == want.keys()
+    for key, (power_w, tokens_per_s) in want.items():
+        assert got[key] == (pytest.approx(power_w), pytest.approx(tokens_per_s)), key
+    # the fleet's 5-minute power is its 10 s buckets' average, over the seconds observed
+    tens = [w[0] for k, w in want.items() if k[:3] == ("fleet", 0, 10)]
+    spans = [
+        10.0 - (offset_s % 10 if k[3] < started else 0) for k in want if k[:3] == ("fleet", 0, 10)
+    ]
+    average = sum(p * s for p, s in zip(tens, spans, strict=True)) / sum(spans)
+    assert want[("fleet", 0, 300, base)][0] == pytest.approx(average, rel=1e-3)
+
+
 def test_node_state_changes_show_through_after_a_registry_refresh(fleet_setup):
     (v, vt) = fleet_setup["v"]
     agg = _agg()
