@@ -40,9 +40,12 @@ async def _open(path: str, client: Client) -> WebsocketCommunicator:
 
 
 async def _closed_with(comm: WebsocketCommunicator) -> int:
+    """The close code the server sent; then the disconnect a real server sends after it (the
+    consumer ends as under uvicorn, not by the loop's cancel-everything at teardown)."""
     while True:
         out = await comm.receive_output(timeout=5)
         if out["type"] == "websocket.close":
+            await comm.disconnect(code=out["code"])
             return out["code"]
         assert out["type"] != "websocket.send" or "fleet.update" not in out.get("text", ""), (
             "a push reached a socket whose session had ended"
