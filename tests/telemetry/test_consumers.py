@@ -148,6 +148,7 @@ async def test_wall_link_grants_the_wall_only_and_revocation_closes_it(admin):
     while closed["type"] != "websocket.close":
         closed = await comm.receive_output(timeout=5)
     assert closed["code"] == 4403
+    await comm.disconnect(code=4403)  # as the server does after a close: the consumer ends
     assert await _refused_with("/ws/wall/", wall_token=wall) == 4403
 
 
