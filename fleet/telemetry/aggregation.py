@@ -85,6 +85,10 @@ class Aggregation:
         self.samples_ok = 0
         self.newest_ts: float | None = None
         self.started = clock()
+        # Rollup spans count from here: lowered to the bucket of the oldest entry read, since a
+        # replay (a predecessor's pending entries; samples published before the first
+        # aggregator) covers its buckets whole, as no earlier owner closed them.
+        self.observed_from = self.started
         self.bucket_start = _bucket_of(self.started)
         self.long_start = math.floor(self.started / ROLLUP_LONG_S) * ROLLUP_LONG_S
         # samples that arrived in an already closed bucket (re-read after a takeover):
@@ -218,6 +222,8 @@ class Aggregation:
         state = self.nodes.get(node_id)
         if state is None:
             state = self.nodes[node_id] = NodeLive()
+        if now < self.observed_from:
+            self.observed_from = _bucket_of(now)
         expires = now + max(LIVE_WINDOW_S, 2.0 * sample["interval_s"])
         state.stats_fresh = False
         if expires > self.clock():  # a re-read old sample feeds rollups only
@@ -434,6 +440,13 @@ class Aggregation:
                         self.nodes[nid].bucket.add(acc)
                 continue
             rows += self._close(ROLLUP_S, start, late, sums)
+            same_long = math.floor(start / ROLLUP_LONG_S) * ROLLUP_LONG_S == self.long_start
+            for nid, acc in late.items():  # counted as the open bucket is when it closes
+                state = self.nodes.get(nid)
+                if state is not None:
+                    state.total.add(acc)
+                    if same_long:
+                        state.long.add(acc)
         if now < self.bucket_start + ROLLUP_S:
             return rows, sums
         buckets = {nid: state.bucket for nid, state in self.nodes.items() if not state.bucket.empty}
@@ -466,7 +479,7 @@ class Aggregation:
         return rows, sums
 
     def _span(self, resolution: int, start: float) -> float:
-        return start + resolution - max(start, self.started)
+        return start + resolution - max(start, self.observed_from)
 
     def _close(self, resolution: int, start: float, accs: dict, sums: list) -> list[dict]:
         span = self._span(resolution, start)

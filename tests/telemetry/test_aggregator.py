@@ -253,6 +253,42 @@ def test_the_leaders_rollups_through_redis_match_the_in_process_ones(
     assert want[("fleet", 0, 300, base)][0] == pytest.approx(average, rel=1e-3)
 
 
+def _tokens_since_start(agg, nid: int, now: float) -> int:
+    message: dict = dict(agg.node_message(nid, None, now, totals=True))
+    return message["totals"]["generation_tokens"]
+
+
+def test_a_restarted_aggregator_replaying_pending_entries_writes_whole_buckets(fleet_setup):
+    """An aggregator started 8 s into a bucket replays the entries its predecessor left
+    pending (`_claim`: entry times before its own start), here from the bucket before too.
+    Its rollups of those buckets cover them whole: not divided by the 2 s it had run (5x the
+    power), not dropped for lying before its start; and the node's counters since the start
+    keep the replayed samples once their bucket closes (they fell back before)."""
+    (v, vt) = fleet_setup["v"]
+    base = 1_700_000_100.0  # a multiple of 10 and 300 s
+    agg = Aggregator(clock=lambda: base + 18.0)  # 8 s into the bucket [base + 10, base + 20)
+    agg.set_registry(load_registry())
+    for i in range(20):  # [base, base + 20): one bucket before the start, one across it
+        entry = encode(v.id, f.verify_sample(ts=base + i), key=f.key_of(v.id, vt))
+        agg.ingest_entry(entry, now=base + i)
+    tokens = _tokens_since_start(agg, v.id, base + 19.5)
+    rows = agg.close_buckets(base + 20.5)
+    fleet = {
+        r["start"].timestamp(): r["data"]
+        for r in rows
+        if (r["scope"], r["scope_id"], r["resolution_s"]) == ("fleet", 0, 10)
+    }
+    assert set(fleet) == {base, base + 10}
+    assert fleet[base]["power_w"] == pytest.approx(300)
+    assert fleet[base + 10]["power_w"] == pytest.approx(300)
+    assert fleet[base + 10]["tokens_per_s"] == pytest.approx(34)
+    after = _tokens_since_start(agg, v.id, base + 20.5)
+    assert after == tokens == 20 * 34
+    long_rows = agg.close_buckets(base + 300.5)  # the node's 5 minutes hold both buckets
+    node_long = next(r for r in long_rows if r["scope"] == "node" and r["resolution_s"] == 300)
+    assert node_long["data"]["tokens_per_s"] == pytest.approx(34 * 20 / 300, abs=0.01)
+
+
 def test_node_state_changes_show_through_after_a_registry_refresh(fleet_setup):
     (v, vt) = fleet_setup["v"]
     agg = _agg()
