@@ -69,6 +69,10 @@ def _bucket_of(ts: float) -> float:
     return math.floor(ts / ROLLUP_S) * ROLLUP_S
 
 
+def _long_bucket_of(ts: float) -> float:
+    return math.floor(ts / ROLLUP_LONG_S) * ROLLUP_LONG_S
+
+
 class Aggregation:
     """The aggregator's state and arithmetic, without the loop: feed it stream entries
     (`ingest_entry`), ask it what a tick reports (`partial`, or `build` for everything) and
@@ -90,7 +94,7 @@ class Aggregation:
         # aggregator) covers its buckets whole, as no earlier owner closed them.
         self.observed_from = self.started
         self.bucket_start = _bucket_of(self.started)
-        self.long_start = math.floor(self.started / ROLLUP_LONG_S) * ROLLUP_LONG_S
+        self.long_start = _long_bucket_of(self.started)
         # samples that arrived in an already closed bucket (re-read after a takeover):
         # bucket start -> node id -> Acc, closed on the next close_buckets
         self.late: dict[float, dict[int, Acc]] = {}
@@ -440,7 +444,7 @@ class Aggregation:
                         self.nodes[nid].bucket.add(acc)
                 continue
             rows += self._close(ROLLUP_S, start, late, sums)
-            same_long = math.floor(start / ROLLUP_LONG_S) * ROLLUP_LONG_S == self.long_start
+            same_long = _long_bucket_of(start) == self.long_start
             for nid, acc in late.items():  # counted as the open bucket is when it closes
                 state = self.nodes.get(nid)
                 if state is not None:
@@ -475,7 +479,7 @@ class Aggregation:
                 ]
             for state in self.nodes.values():
                 state.long = Acc()
-            self.long_start = math.floor(now / ROLLUP_LONG_S) * ROLLUP_LONG_S
+            self.long_start = _long_bucket_of(now)
         return rows, sums
 
     def _span(self, resolution: int, start: float) -> float:
@@ -500,7 +504,7 @@ class Aggregation:
             if (pid, sim) not in sums_of:
                 sums_of[(pid, sim)] = Acc()
             sums_of[(pid, sim)].add(acc)
-        long_start = math.floor(start / ROLLUP_LONG_S) * ROLLUP_LONG_S
+        long_start = _long_bucket_of(start)
         for shard, groups in by_shard.items():
             sums.append((resolution, start, str(shard), span, groups))
             sums.append((ROLLUP_LONG_S, long_start, f"{shard}:{int(start)}", span, groups))
@@ -513,9 +517,7 @@ class Aggregation:
         ten = [(start, span, groups) for res, start, _, span, groups in sums if res == ROLLUP_S]
         for start, span, groups in _by_start(ten):
             rows += scope_rollups(ROLLUP_S, start, span, groups)
-            self._long_acc.setdefault(math.floor(start / ROLLUP_LONG_S) * ROLLUP_LONG_S, []).extend(
-                groups
-            )
+            self._long_acc.setdefault(_long_bucket_of(start), []).extend(groups)
         for long_start in [s for s in self._long_acc if s + ROLLUP_LONG_S <= now]:
             merged: dict = {}
             for groups in self._long_acc.pop(long_start):

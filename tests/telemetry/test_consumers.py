@@ -116,13 +116,18 @@ async def test_viewer_subscribes_and_receives_batched_updates(viewer):
     await comm.disconnect()
 
 
+async def _subscribed_to_node(user, node_id: int) -> WebsocketCommunicator:
+    comm = await _socket("/ws/live/", user)
+    assert (await comm.connect())[0]
+    await comm.send_json_to({"action": "subscribe", "topic": "node", "id": node_id})
+    assert (await comm.receive_json_from(timeout=5))["type"] == "subscribed"
+    return comm
+
+
 async def test_a_late_subscriber_gets_the_snapshot_first(viewer):
     p, v, token = await _world()
     await _tick_with(v, token)
-    comm = await _socket("/ws/live/", viewer)
-    assert (await comm.connect())[0]
-    await comm.send_json_to({"action": "subscribe", "topic": "node", "id": v.id})
-    assert (await comm.receive_json_from(timeout=5))["type"] == "subscribed"
+    comm = await _subscribed_to_node(viewer, v.id)
     snap = await comm.receive_json_from(timeout=5)
     assert snap["type"] == "node.update" and snap["node"]["name"] == "gpu-1"
     await comm.disconnect()
@@ -167,10 +172,7 @@ async def test_the_aggregator_loop_pushes_a_published_sample(viewer):
     from fleet.telemetry.ingest import publish_sample
 
     p, v, token = await _world()
-    comm = await _socket("/ws/live/", viewer)
-    assert (await comm.connect())[0]
-    await comm.send_json_to({"action": "subscribe", "topic": "node", "id": v.id})
-    assert (await comm.receive_json_from(timeout=5))["type"] == "subscribed"
+    comm = await _subscribed_to_node(viewer, v.id)
     stop = asyncio.Event()
     agg = Aggregator(tick_s=0.2)
     task = asyncio.create_task(agg.run(redis_url=settings.REDIS_URL, stop=stop))
@@ -219,10 +221,7 @@ async def test_a_sample_published_before_the_first_aggregator_starts_is_read(vie
     sent = time.time()
     publish_sample(v.id, f.verify_sample(ts=sent, power_w=321.0), token=token)
     assert await r.xlen(stream_of(v.id)) == 1
-    comm = await _socket("/ws/live/", viewer)
-    assert (await comm.connect())[0]
-    await comm.send_json_to({"action": "subscribe", "topic": "node", "id": v.id})
-    assert (await comm.receive_json_from(timeout=5))["type"] == "subscribed"
+    comm = await _subscribed_to_node(viewer, v.id)
     stop = asyncio.Event()
     task = asyncio.create_task(Aggregator(tick_s=0.2).run(redis_url=settings.REDIS_URL, stop=stop))
     try:
