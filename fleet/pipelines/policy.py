@@ -5,8 +5,10 @@ Policies (JSON, stored on the pipeline):
 - ``{"mode": "fixed", "k": 4}``
 - ``{"mode": "table", "table": [[max_batch, k], ...]}``: the first row whose max_batch is
   >= the batch size wins; above the last row, the last row's k.
-- ``{"mode": "adaptive", "k_min": 0, "k_max": 8, "k": 4}``: choose k by *measured goodput*
-  (tokens/s per k, reported by the worker in ``measured``); k = 0 (plain decoding) allowed.
+- ``{"mode": "adaptive", "k_min": 0, "k_max": 8, "k": 4}``: the drafter chooses k every
+  round by *predicted goodput* from its measured acceptance and step costs
+  (`fleet.planner.adaptive`), k = 0 (plain decoding) always a candidate; "k" is where it
+  starts before anything is measured.
 """
 
 from __future__ import annotations
@@ -61,51 +63,19 @@ def validate_policy(policy) -> dict:
     return {"mode": "adaptive", "k_min": k_min, "k_max": k_max, "k": min(max(k, k_min), k_max)}
 
 
-def k_for(policy: dict, batch_size: int, measured: dict | None = None) -> int:
-    """The k to draft for a batch of `batch_size` sequences.
-
-    `measured` (adaptive mode only): goodput by k, e.g. ``{"goodput": {"0": 120.0, "4":
-    310.5}}`` or ``{4: 310.5}`` (tokens/s at this batch size). The adaptive policy picks the
-    k with the highest measured goodput within [k_min, k_max], after trying the unmeasured
-    neighbours of the best k (hill-climbing). Without
-    measurements it uses the policy's starting k. Never raises on a malformed policy: it
+def k_for(policy: dict, batch_size: int) -> int:
+    """The k a fixed or table policy gives a batch of `batch_size` sequences; an adaptive
+    policy's starting k (the drafter's `fleet.planner.adaptive.AdaptiveK` moves it from
+    there, round by round, on measured goodput). Never raises on a malformed policy: it
     falls back to k = 0 (plain decoding is always correct)."""
     try:
         policy = validate_policy(policy)
     except PolicyError:
         return 0
     mode = policy["mode"]
-    if mode == "fixed":
-        return policy["k"]
     if mode == "table":
         for max_batch, k in policy["table"]:
             if batch_size <= max_batch:
                 return k
         return policy["table"][-1][1]
-    k_min, k_max = policy["k_min"], policy["k_max"]
-    goodput = _goodput_by_k(measured)
-    if not goodput:
-        return policy["k"]
-    measured_ks = [k for k in goodput if k_min <= k <= k_max]
-    if not measured_ks:
-        return policy["k"]
-    best = max(measured_ks, key=lambda k: (goodput[k], -k))
-    # Hill-climb: a neighbour of the best k that was never measured is tried next, so the
-    # search walks towards the goodput maximum instead of trusting one point.
-    for neighbour in (best + 1, best - 1):
-        if k_min <= neighbour <= k_max and neighbour not in goodput:
-            return neighbour
-    return best
-
-
-def _goodput_by_k(measured) -> dict[int, float]:
-    if not measured:
-        return {}
-    table = measured.get("goodput", measured) if isinstance(measured, dict) else {}
-    out = {}
-    for key, value in (table or {}).items():
-        try:
-            out[int(key)] = float(value)
-        except (TypeError, ValueError):
-            continue
-    return out
+    return policy["k"]

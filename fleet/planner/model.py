@@ -26,8 +26,11 @@ Every figure this module produces is *modeled*.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+
+from fleet.planner.costs import StepCosts
+from fleet.planner.fitting import Curve, fit_linear, fit_linear2  # noqa: F401  (re-exported)
 
 HOURS_PER_YEAR = 24 * 365
 
@@ -78,86 +81,6 @@ def alpha_from_per_position(per_position: Sequence[float]) -> float:
     num = sum(probs)
     den = 1.0 + sum(probs[:-1])
     return min(num / den, 1.0) if den > 0 else 0.0
-
-
-# --- step-time curves ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Curve:
-    """t = a + x*n + y*batch seconds. Draft steps: n is the batch (y unused). Verify steps:
-    n is the tokens scored and batch the sequences in the step; the two terms are the
-    roofline's two costs (compute per token, KV-cache reads per sequence)."""
-
-    a: float
-    x: float
-    source: str = "measured"  # measured | roofline
-    y: float = 0.0
-
-    def __call__(self, n: float, batch: float = 0.0) -> float:
-        return self.a + self.x * max(n, 0.0) + self.y * max(batch, 0.0)
-
-
-def fit_linear(points: Iterable[tuple[float, float]], *, source: str = "measured") -> Curve:
-    """Least-squares fit of t = a + x*n to (n, t) points; a and x clamped at >= 0.
-    Optionally weighted: points given as (n, t, weight)."""
-    pts = [(float(p[0]), float(p[1]), float(p[2]) if len(p) > 2 else 1.0) for p in points]
-    if not pts:
-        raise ValueError("no points to fit")
-    sw = sum(w for *_, w in pts)
-    mx = sum(w * n for n, _, w in pts) / sw
-    mt = sum(w * t for _, t, w in pts) / sw
-    sxx = sum(w * (n - mx) ** 2 for n, _, w in pts)
-    if sxx <= 1e-18:  # one batch size only: all of it is fixed cost
-        return Curve(max(mt, 0.0), 0.0, source)
-    x = sum(w * (n - mx) * (t - mt) for n, t, w in pts) / sxx
-    a = mt - x * mx
-    if x < 0:
-        x, a = 0.0, mt
-    if a < 0:
-        # refit through the origin
-        x = sum(w * n * t for n, t, w in pts) / max(sum(w * n * n for n, _, w in pts), 1e-18)
-        a = 0.0
-    return Curve(a, x, source)
-
-
-def fit_linear2(points: Iterable[tuple], *, source: str = "measured") -> Curve:
-    """Least-squares fit of t = a + x*n + y*b to (n, b, t[, weight]) points, all
-    coefficients >= 0 (a regressor whose coefficient comes out negative is dropped)."""
-    pts = [
-        (float(p[0]), float(p[1]), float(p[2]), float(p[3]) if len(p) > 3 else 1.0) for p in points
-    ]
-    if not pts:
-        raise ValueError("no points to fit")
-    sol = _lstsq([(1.0, n, b) for n, b, _, _ in pts], [t for *_, t, _ in pts], [w for *_, w in pts])
-    if sol is not None and min(sol) >= 0:
-        return Curve(sol[0], sol[1], source, sol[2])
-    by_n = fit_linear([(n, t, w) for n, _, t, w in pts], source=source)
-    by_b = fit_linear([(b, t, w) for _, b, t, w in pts], source=source)
-    err_n = sum(w * (by_n(n) - t) ** 2 for n, _, t, w in pts)
-    err_b = sum(w * (by_b(b) - t) ** 2 for _, b, t, w in pts)
-    return by_n if err_n <= err_b else Curve(by_b.a, 0.0, source, by_b.x)
-
-
-def _lstsq(rows: list[tuple[float, ...]], ys: list[float], ws: list[float]) -> list[float] | None:
-    """Weighted normal equations, solved by Gaussian elimination; None if singular."""
-    m = len(rows[0])
-    A = [
-        [sum(w * r[i] * r[j] for r, w in zip(rows, ws, strict=True)) for j in range(m)]
-        for i in range(m)
-    ]
-    v = [sum(w * r[i] * y for r, y, w in zip(rows, ys, ws, strict=True)) for i in range(m)]
-    for c in range(m):
-        piv = max(range(c, m), key=lambda i: abs(A[i][c]))
-        if abs(A[piv][c]) < 1e-18:
-            return None
-        A[c], A[piv], v[c], v[piv] = A[piv], A[c], v[piv], v[c]
-        for i in range(m):
-            if i != c:
-                f = A[i][c] / A[c][c]
-                A[i] = [a - f * b for a, b in zip(A[i], A[c], strict=True)]
-                v[i] -= f * v[c]
-    return [v[i] / A[i][i] for i in range(m)]
 
 
 # --- hardware and models ---------------------------------------------------------------------
@@ -295,12 +218,21 @@ class PipelineModel:
     drafter_mix: tuple = ()
     # Per-round bookkeeping outside the forward passes (sampling, messages), t(batch).
     overhead_curve: Curve | None = None
+    # Step costs measured by the workers (`fleet.planner.costs.StepCosts`): the verifier's
+    # forward by (batch, tokens per sequence), the drafter's k draft steps by (batch, k).
+    # They win over the curves and the roofline where present.
+    verify_costs: StepCosts | None = None
+    draft_costs: StepCosts | None = None
 
     def with_(self, **changes) -> PipelineModel:
         return replace(self, **changes)
 
     # step times ----------------------------------------------------------------------------
     def t_verify(self, batch: float, tokens: float) -> float:
+        if self.verify_costs is not None:
+            t = self.verify_costs.estimate(batch, max(1, round(tokens / max(batch, 1))))
+            if t is not None:
+                return t
         if self.plain_curve is not None and tokens <= batch:
             return self.plain_curve(batch)
         if self.verify_curve is not None:
@@ -321,6 +253,16 @@ class PipelineModel:
         if self.drafter is None or self.draft is None:
             raise ValueError("no draft curve and no drafter hardware/draft model")
         return roofline_step_s(self.drafter, self.draft, batch=batch, tokens=batch)
+
+    def draft_round_s(self, batch: float, k: int) -> float:
+        """Drafting k tokens for each of `batch` sequences (k draft steps)."""
+        if k <= 0:
+            return 0.0
+        if self.draft_costs is not None and self.drafter_kind != "none":
+            t = self.draft_costs.estimate(batch, k)
+            if t is not None:
+                return t
+        return k * self.t_draft(batch)
 
     def drafter_power(self, util: float) -> float:
         if len(self.drafter_mix) > 1:
@@ -379,9 +321,8 @@ def predict(m: PipelineModel, *, k: int, batch: float) -> Prediction:
     use_draft = k > 0 and m.drafter_kind != "none" and (D > 0 or m.drafter_kind == "ngram")
     k = k if use_draft else 0
     draft_batch = b * V / D if (D > 0 and m.drafter_kind == "model") else b
-    t_d = m.t_draft(draft_batch) if k > 0 else 0.0
     t_v = m.t_verify(b, b * (k + 1))
-    draft_time = k * t_d
+    draft_time = m.draft_round_s(draft_batch, k)
     overhead = m.overhead_curve(b * (k + 1), b) if m.overhead_curve is not None else 0.0
     round_s = draft_time + t_v + m.hop_s + overhead
     E = m.E(k)

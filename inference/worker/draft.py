@@ -1,5 +1,9 @@
 """The drafter's loop: commit the verifier's results, then draft for ALL ready sequences
-in one batched propose and send ONE message per verifier with those drafts."""
+in one batched propose and send ONE message per verifier with those drafts.
+
+k is chosen every round by `fleet.planner.adaptive.AdaptiveK` (adaptive policies) from what
+this loop measures: its drafts' acceptance by position, its propose time by (batch, k), and
+the verifier's forward cost and round trip that come back with the results."""
 
 from __future__ import annotations
 
@@ -7,7 +11,8 @@ import logging
 import time
 from collections import defaultdict
 
-from fleet.pipelines.policy import k_for
+from fleet.planner.adaptive import AdaptiveK
+from inference.worker import cost_sweep
 from inference.worker.engine_loop import FINAL, BaseLoop
 
 logger = logging.getLogger(__name__)
@@ -22,12 +27,29 @@ class DraftLoop(BaseLoop):
         self.verifier_of: dict[str, int] = {}  # gen -> verifier node id
         self.attempt_of: dict[str, int] = {}
         self.ready: list[str] = []
-        self.measured: dict = {}  # adaptive k: goodput by k (filled by the planner's policy)
+        self.adaptive = AdaptiveK()
+        self.drafted_k: dict[str, int] = {}  # gen -> tokens drafted in its last round
+        self.shadow: dict[str, int] = {}  # gen -> the token drafted in the shadow (k = 0)
+        self.sent_to: dict[int, float] = {}  # verifier -> when this round's drafts left
+        self.rounds = 0
+
+    def prepare(self) -> None:
+        t0 = time.perf_counter()
+        max_batch = int(self.config.get("max_verify_batch") or 32)
+        self.adaptive.draft_costs = cost_sweep.sweep_draft(self.engine, max_batch=max_batch)
+        self.adaptive.sweep_s = round(time.perf_counter() - t0, 3)
+        logger.info(
+            "drafter %s: draft cost sweep %d cells in %.2f s",
+            self.node_id,
+            len(self.adaptive.draft_costs),
+            self.adaptive.sweep_s,
+        )
 
     def handle(self, kind: str, p: dict) -> None:
         if kind == "draft_start":
             self._add(p)
         elif kind == "results":
+            self._measure(p)
             self._commit(p["verifier"], p["results"])
             if p.get("seqs"):  # new sequences of the same verifier, drafted with this group
                 self._add(p)
@@ -78,6 +100,34 @@ class DraftLoop(BaseLoop):
             )
             return False
 
+    def _measure(self, p: dict) -> None:
+        """What a results message tells adaptive k: the round trip, the verifier's costs,
+        and how many of each sequence's drafts (or shadow draft) were accepted."""
+        sent = self.sent_to.pop(p["verifier"], None)
+        if sent is not None:
+            self.adaptive.observe_round_trip(
+                time.monotonic() - sent,
+                float(p.get("verify_s") or 0.0),
+                int(p.get("vbatch") or len(p["results"])),
+            )
+        if p.get("costs"):
+            self.adaptive.merge_verify_costs(p["costs"])
+        ks, ns, shadow_n, shadow_ok = [], [], 0, 0
+        for r in p["results"]:
+            gid = r["seq_id"]
+            k = self.drafted_k.pop(gid, 0)
+            if k:
+                ks.append(k)
+                ns.append(int(r["n_accepted"]))
+            token = self.shadow.pop(gid, None)
+            if token is not None and r["tokens"]:
+                shadow_n += 1
+                shadow_ok += int(r["tokens"][0] == token)
+        if ks:
+            self.adaptive.acceptance.observe_lengths(ks, ns)
+        if shadow_n:
+            self.adaptive.acceptance.observe([shadow_n], [shadow_ok])
+
     def _commit(self, verifier: int, results: list[dict]) -> None:
         for r in results:
             gid = r["seq_id"]
@@ -95,6 +145,8 @@ class DraftLoop(BaseLoop):
             self.verifier_of.pop(gid)
             self.attempt_of.pop(gid)
             self.engine.free(gid)
+            self.drafted_k.pop(gid, None)
+            self.shadow.pop(gid, None)
             self._inspect_dirty = True
             if gid in self.ready:
                 self.ready.remove(gid)
@@ -110,9 +162,11 @@ class DraftLoop(BaseLoop):
         if not self.ready:
             return
         batch, self.ready = self.ready, []
-        k = k_for(self.config.get("k_policy") or {}, len(batch), self.measured)
+        policy = self.config.get("k_policy") or {}
+        k = self.adaptive.choose(policy, len(batch))
         if self.config.get("drafter_kind") == "none":
             k = 0
+        self.rounds += 1
         t0 = time.perf_counter()
         try:
             drafts = [d.to_json() for d in self.engine.propose([(g, k) for g in batch])]
@@ -121,13 +175,45 @@ class DraftLoop(BaseLoop):
             drafts = [{"seq_id": g, "tokens": [], "probs": None} for g in batch]
         t1 = time.perf_counter()
         self.stats.record_round(len(batch), t1 - t0, sum(len(d["tokens"]) for d in drafts))
+        self.stats.record_k(len(batch), k)
+        if k > 0:
+            self.adaptive.draft_costs.observe(len(batch), k, t1 - t0)
         out = defaultdict(list)
         for d in drafts:
+            self.drafted_k[d["seq_id"]] = len(d["tokens"])
             out[self.verifier_of[d["seq_id"]]].append(d)
+        now = time.monotonic()
         for verifier, ds in out.items():
             self.send(verifier, "drafts", {"drafter": self.node_id, "drafts": ds})
+            self.sent_to[verifier] = now
         phase("propose", t1 - t0)
-        phase("send", time.perf_counter() - t1)
+        t2 = time.perf_counter()
+        phase("send", t2 - t1)
+        if (
+            k == 0
+            and policy.get("mode") == "adaptive"
+            and self.config.get("drafter_kind") != "none"
+        ):
+            self._shadow(batch)
+            phase("shadow", time.perf_counter() - t2)
+
+    SHADOW_EVERY, SHADOW_SEQS = 4, 4
+
+    def _shadow(self, batch: list[str]) -> None:
+        """At k = 0, now and then, draft one token for a few sequences without sending it
+        (the verifier is busy with the round meanwhile) and compare it with the token the
+        verifier emits: the acceptance of position 0 stays measured while no draft is."""
+        if self.rounds % self.SHADOW_EVERY:
+            return
+        seqs = batch[: self.SHADOW_SEQS]
+        try:
+            drafts, _ = self.engine.drafter.propose([(g, 1) for g in seqs])
+        except Exception:
+            logger.exception("drafter %s: shadow draft failed", self.node_id)
+            return
+        for d in drafts:
+            if d.tokens:
+                self.shadow[d.seq_id] = d.tokens[0]
 
     def slots(self) -> dict:
         n_free = self.engine.n_free
@@ -135,3 +221,8 @@ class DraftLoop(BaseLoop):
         n_slots = d.cache.n_slots if hasattr(d, "cache") else None
         used = (n_slots - n_free) if n_slots is not None else len(self.verifier_of)
         return {"n_slots": n_slots, "slots_used": used, "seqs": sorted(self.verifier_of)}
+
+    def inspect(self) -> dict:
+        out = super().inspect()
+        out["adaptive"] = self.adaptive.snapshot()
+        return out

@@ -105,7 +105,14 @@ class BaseLoop:
                 logger.exception("node %s: reading round messages failed", self.node_id)
                 time.sleep(0.5)
 
+    def prepare(self) -> None:
+        """Before the first round, in the loop's thread (e.g. the start-up cost sweep)."""
+
     def _run(self) -> None:
+        try:
+            self.prepare()
+        except Exception:
+            logger.exception("%s loop of node %s: prepare failed", self.role, self.node_id)
         while not self.stopping.is_set():
             try:
                 self.step()

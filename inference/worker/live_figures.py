@@ -23,6 +23,7 @@ class LoopStats:
         self.ttft_s: list[float] = []
         self.errors = 0
         self.phase_s: dict[str, float] = {}  # where the loop's time goes (seconds by phase)
+        self.k_rounds: dict[str, int] = {}  # "<batch>:<k>" -> draft rounds (the k chosen)
 
     def record_round(self, batch: int, seconds: float, tokens: int = 0) -> None:
         with self.lock:
@@ -31,6 +32,11 @@ class LoopStats:
             self.tokens_generated += tokens
             self.rounds += 1
             self.busy_s += seconds
+
+    def record_k(self, batch: int, k: int) -> None:
+        with self.lock:
+            key = f"{batch}:{k}"
+            self.k_rounds[key] = self.k_rounds.get(key, 0) + 1
 
     def record_prefill(self, n: int, seconds: float) -> None:
         """A prefill pass: busy time and first tokens, not a verify round (no histogram)."""
@@ -76,4 +82,5 @@ class LoopStats:
                 "prefills": self.prefills,
                 "errors": self.errors,
                 "phase_s": dict(self.phase_s),
+                "k_rounds": dict(self.k_rounds),
             }

@@ -25,12 +25,16 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from fleet.planner.costs import StepCosts
 from inference import wire
+from inference.worker import cost_sweep
 from inference.worker.detok import Detokenizer
 from inference.worker.engine_cache import sampling_params
 from inference.worker.engine_loop import FINAL, BaseLoop
 
 logger = logging.getLogger(__name__)
+
+COSTS_EVERY = 20  # rounds between copies of the verify cost table sent to each drafter
 
 
 @dataclass
@@ -91,6 +95,22 @@ class VerifyLoop(BaseLoop):
         self.sent_at: dict[str, float] = {}  # gen -> when its results went to the drafter
         self.deferred: dict[int, list[dict]] = defaultdict(list)  # drafter -> draft_starts
         self.turnaround: float | None = None  # drafter round trip (EMA, seconds)
+        self.costs = StepCosts()  # forward seconds by (batch, tokens per sequence)
+        self.sweep_s: float | None = None
+        self.costs_sent: dict[int, int] = {}  # drafter -> round its copy of the costs went out
+        self.rounds = 0
+
+    def prepare(self) -> None:
+        t0 = time.perf_counter()
+        max_batch = int(self.config.get("max_verify_batch") or 32)
+        self.costs = cost_sweep.sweep_verify(self.engine, max_batch=max_batch)
+        self.sweep_s = round(time.perf_counter() - t0, 3)
+        logger.info(
+            "verifier %s: verify cost sweep %d cells in %.2f s",
+            self.node_id,
+            len(self.costs),
+            self.sweep_s,
+        )
 
     # -- messages -------------------------------------------------------------------------------
     def handle(self, kind: str, p: dict) -> None:
@@ -359,11 +379,21 @@ class VerifyLoop(BaseLoop):
             return
         t1 = time.perf_counter()
         self.stats.record_round(len(items), t1 - t0, sum(len(r.tokens) for r in results))
+        self.costs.observe(len(items), 1 + max(len(t) for _, t, _ in items), t1 - t0)
+        self.rounds += 1
         by_drafter = defaultdict(list)
         events = self._emit(results, by_drafter=by_drafter)
         t2 = time.perf_counter()
         for drafter, rs in by_drafter.items():  # the drafter first: it is waiting
-            payload = {"verifier": self.node_id, "results": rs}
+            payload = {
+                "verifier": self.node_id,
+                "results": rs,
+                "verify_s": t1 - t0,  # the drafter's adaptive k: the round's forward
+                "vbatch": len(items),
+            }
+            if self.rounds - self.costs_sent.get(drafter, -(10**9)) >= COSTS_EVERY:
+                payload["costs"] = self.costs.to_json()
+                self.costs_sent[drafter] = self.rounds
             if seqs := self._take_deferred(drafter):
                 payload["seqs"] = seqs  # new sequences join this group's next draft batch
             self.send(drafter, "results", payload)
@@ -463,6 +493,8 @@ class VerifyLoop(BaseLoop):
     def inspect(self) -> dict:
         out = super().inspect()
         out["drafter_turnaround_ms"] = None if self.turnaround is None else self.turnaround * 1000
+        out["step_costs"] = self.costs.to_json()
+        out["sweep_s"] = self.sweep_s
         return out
 
     def slots(self) -> dict:

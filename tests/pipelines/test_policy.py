@@ -15,21 +15,9 @@ def test_table_by_batch_size():
     assert [k_for(policy, b) for b in (1, 2, 4, 5, 16, 17, 500)] == [6, 4, 4, 2, 2, 2, 2]
 
 
-def test_adaptive_picks_measured_goodput_not_acceptance():
-    policy = {"mode": "adaptive", "k_min": 0, "k_max": 3, "k": 2}
-    assert k_for(policy, 8, None) == 2  # nothing measured: the starting k
-    measured = {"goodput": {"0": 100.0, "1": 180.0, "2": 150.0, "3": 120.0}}
-    assert k_for(policy, 8, measured) == 1
-    # k = 0 wins when plain decoding has the best measured goodput (compute-bound batches)
-    assert k_for(policy, 64, {"goodput": {0: 300.0, 1: 250.0, 2: 200.0, 3: 150.0}}) == 0
-
-
-def test_adaptive_explores_unmeasured_neighbours_of_the_best():
-    policy = {"mode": "adaptive", "k_min": 0, "k_max": 8, "k": 4}
-    assert k_for(policy, 1, {"goodput": {"4": 100.0}}) == 5
-    assert k_for(policy, 1, {"goodput": {"4": 100.0, "5": 90.0}}) == 3
-    assert k_for(policy, 1, {"goodput": {"3": 80.0, "4": 100.0, "5": 90.0}}) == 4
-    assert k_for(policy, 1, {"goodput": {"9": 1000.0}}) == 4  # outside bounds: ignored
+def test_adaptive_policy_starts_at_its_k():
+    """The round-by-round choice is the drafter's (tests/planner/test_adaptive_k.py)."""
+    assert k_for({"mode": "adaptive", "k_min": 0, "k_max": 3, "k": 2}, 8) == 2
 
 
 def test_malformed_policy_falls_back_to_plain_decoding():

@@ -1,0 +1,106 @@
+"""Adaptive k, decided every round by the drafter from what it measured (pure Python).
+
+The drafter feeds this controller three measurements: the acceptance of its drafts by
+position (from the verifiers' results), its own draft steps' cost by (batch, k), and the
+verifier's forward cost by (batch, tokens per sequence) together with the rest of the round
+trip (messages, gathering, sampling: `hop`). For the batch at hand it predicts the goodput
+of every k in [k_min, k_max] and of k = 0 (plain decoding) with the planner's own model
+(`fleet.planner.model.predict`) and drafts the best one, so it never runs a k predicted to
+lose to plain decoding. A small hysteresis keeps it from flapping between two k of equal
+worth.
+
+While k = 0 no draft is verified, so nothing would tell it when drafts become worth it
+again: the drafter then drafts one token "in the shadow" for a few sequences after sending
+the round (off the round's critical path) and compares it with the token the verifier
+emits -- the acceptance of position 0, which keeps the estimate alive.
+"""
+
+from __future__ import annotations
+
+from fleet.pipelines.policy import k_for, validate_policy
+from fleet.planner.costs import Acceptance, StepCosts, bucket
+from fleet.planner.model import PipelineModel, predict
+
+HYSTERESIS = 0.02  # a new k must beat the current one by 2 % to replace it
+
+
+class AdaptiveK:
+    def __init__(self, *, prior_alpha: float = 0.5):
+        self.acceptance = Acceptance(prior=prior_alpha)
+        self.draft_costs = StepCosts()
+        self.verify_costs = StepCosts()
+        self.hop_s: float | None = None
+        self.verify_batch: float | None = None
+        self.current: dict[int, int] = {}  # batch bucket -> k in use
+        self.sweep_s: float | None = None  # the start-up sweep's duration
+
+    # -- measurements --------------------------------------------------------------------------
+    def observe_round_trip(self, seconds: float, verify_s: float, verify_batch: int) -> None:
+        """A results message `seconds` after its drafts left; the verifier's forward took
+        `verify_s` over `verify_batch` sequences."""
+        if seconds <= 0 or verify_s < 0:
+            return
+        hop = max(seconds - verify_s, 0.0)
+        self.hop_s = hop if self.hop_s is None else 0.8 * self.hop_s + 0.2 * hop
+        vb = float(max(verify_batch, 1))
+        self.verify_batch = vb if self.verify_batch is None else 0.8 * self.verify_batch + 0.2 * vb
+
+    def merge_verify_costs(self, rows) -> None:
+        """The verifier's table, as it sent it (its cells replace ours)."""
+        self.verify_costs.cells.update(StepCosts.from_json(rows).cells)
+
+    # -- the decision --------------------------------------------------------------------------
+    def ready(self) -> bool:
+        return len(self.draft_costs) > 0 and len(self.verify_costs) > 0
+
+    def model(self, batch: int) -> tuple[PipelineModel, float]:
+        """The goodput model of this drafter's rounds, and the verify batch to predict at."""
+        vb = max(self.verify_batch or batch, batch)
+        k_top = max(
+            [t - 1 for _, t in self.verify_costs.cells] + [k for _, k in self.draft_costs.cells]
+        )
+        m = PipelineModel(
+            alpha=self.acceptance.alpha(),
+            per_position=tuple(self.acceptance.per_position(max(k_top, 1))),
+            verify_costs=self.verify_costs,
+            draft_costs=self.draft_costs,
+            hop_s=self.hop_s or 0.0,
+            n_verifiers=1,
+            n_drafters=vb / batch,  # drafter batch = verify batch * V / D = batch
+        )
+        return m, vb
+
+    def goodput_by_k(self, batch: int, k_min: int, k_max: int) -> dict[int, float]:
+        m, vb = self.model(batch)
+        return {k: predict(m, k=k, batch=vb).goodput_tps for k in {0, *range(k_min, k_max + 1)}}
+
+    def choose(self, policy: dict, batch: int) -> int:
+        """The k to draft for `batch` sequences under `policy` (fixed and table policies are
+        followed as they are)."""
+        try:
+            p = validate_policy(policy)
+        except ValueError:
+            return 0
+        if p["mode"] != "adaptive":
+            return k_for(p, batch)
+        b = bucket(batch)
+        if not self.ready():
+            return self.current.get(b, p["k"])
+        goodput = self.goodput_by_k(batch, p["k_min"], p["k_max"])
+        best = max(goodput, key=lambda k: (goodput[k], -k))
+        now = self.current.get(b)
+        if now in goodput and goodput[best] <= goodput[now] * (1 + HYSTERESIS):
+            best = now
+        self.current[b] = best
+        return best
+
+    def snapshot(self) -> dict:
+        """What the drafter publishes (telemetry, inspection)."""
+        return {
+            "acceptance": self.acceptance.to_json(),
+            "draft_costs": self.draft_costs.to_json(),
+            "verify_costs": self.verify_costs.to_json(),
+            "hop_ms": None if self.hop_s is None else round(self.hop_s * 1000, 3),
+            "k_by_bucket": {str(b): k for b, k in sorted(self.current.items())},
+            "sweep_s": self.sweep_s,
+        }

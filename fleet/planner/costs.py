@@ -1,0 +1,206 @@
+"""Measured step costs and per-position acceptance: the inputs of the one goodput model
+(`fleet.planner.model.predict`). Pure Python: the node workers, the planner and the simulator
+all import it.
+
+A `StepCosts` table holds the seconds of one kind of step by (batch bucket, tokens per
+sequence) -- a verifier's forward over k+1 tokens per sequence, a drafter's k draft steps --
+as exponential moving averages of what was measured: first by a short sweep when the worker
+starts, then by every live round. A cell that was never measured is estimated from the
+measured ones: by the nearest bucket of the same width scaled linearly in batch, or, with no
+cell of that width, by a least-squares fit t = a + x*tokens + y*batch over all cells. The
+table travels as JSON (telemetry, round messages).
+
+`Acceptance` is the per-position acceptance of a pipeline's drafts as decayed counts: each
+round's drafts add to them, older rounds weigh less (half-life of a few rounds), so a change
+of traffic shows in the estimate within a few rounds. Positions with too few recent drafts
+behind them are extrapolated from the ones that have them, and a cold start reads a prior.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+from fleet.planner.fitting import Curve, fit_linear2
+
+BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+
+
+def bucket(batch: float) -> int:
+    """The smallest bucket >= batch (the last one for anything larger)."""
+    for b in BUCKETS:
+        if batch <= b:
+            return b
+    return BUCKETS[-1]
+
+
+def _finite(x) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+class StepCosts:
+    """Seconds of a step by (batch bucket, tokens per sequence), EMA per cell."""
+
+    def __init__(self, ema: float = 0.2, cells: dict | None = None):
+        self.ema = ema
+        self.cells: dict[tuple[int, int], list[float]] = dict(cells or {})  # -> [seconds, n]
+
+    # -- measuring -----------------------------------------------------------------------------
+    def observe(self, batch: int, tokens: int, seconds: float) -> None:
+        if batch < 1 or tokens < 0 or not _finite(seconds) or seconds < 0:
+            return
+        key = (bucket(batch), int(tokens))
+        cell = self.cells.get(key)
+        if cell is None:
+            self.cells[key] = [seconds, 1.0]
+        else:
+            cell[0] += self.ema * (seconds - cell[0])
+            cell[1] += 1.0
+
+    def __len__(self) -> int:
+        return len(self.cells)
+
+    # -- estimating ----------------------------------------------------------------------------
+    def measured(self, batch: float, tokens: int) -> float | None:
+        cell = self.cells.get((bucket(batch), int(tokens)))
+        return cell[0] if cell else None
+
+    def estimate(self, batch: float, tokens: int) -> float | None:
+        """Seconds of a step over `batch` sequences of `tokens` tokens each (None: nothing
+        measured at all). Between two measured buckets of the same width: linear in batch;
+        beyond them: the nearest one (a smaller batch never costs more than a larger one) or
+        the fitted slope; a width never measured: the fit, scaled to the measured cells of
+        the nearest width in this bucket."""
+        if not self.cells:
+            return None
+        b, t = bucket(batch), int(tokens)
+        if (b, t) in self.cells:
+            return self.cells[(b, t)][0]
+        same = sorted((bb, c[0]) for (bb, tt), c in self.cells.items() if tt == t)
+        if same:
+            lo = [p for p in same if p[0] < b]
+            hi = [p for p in same if p[0] > b]
+            if lo and hi:
+                (b0, s0), (b1, s1) = lo[-1], hi[0]
+                return s0 + (s1 - s0) * (b - b0) / (b1 - b0)
+            if hi:
+                return hi[0][1]
+            fit = self._fit()
+            b0, s0 = lo[-1]
+            return s0 + max(fit(t * b, b) - fit(t * b0, b0), 0.0)
+        fit = self._fit()
+        here = [(tt, c[0]) for (bb, tt), c in self.cells.items() if bb == b]
+        if here:
+            tt, secs = min(here, key=lambda p: abs(p[0] - t))
+            base = fit(tt * b, b)
+            if base > 0:
+                return max(secs * fit(t * b, b) / base, 0.0)
+        return max(fit(t * b, b), 0.0)
+
+    def _fit(self) -> Curve:
+        points = [(b * t, b, c[0], c[1]) for (b, t), c in self.cells.items()]
+        return fit_linear2(points)
+
+    # -- the wire ------------------------------------------------------------------------------
+    def to_json(self) -> list[list[float]]:
+        return [[b, t, round(c[0], 7), int(c[1])] for (b, t), c in sorted(self.cells.items())]
+
+    @classmethod
+    def from_json(cls, rows, ema: float = 0.2) -> StepCosts:
+        """Rows of [bucket, tokens, seconds, n]; malformed rows are skipped (never raises)."""
+        out = cls(ema)
+        if not isinstance(rows, list):
+            return out
+        for row in rows[:512]:
+            if not isinstance(row, list | tuple) or len(row) != 4 or not all(map(_finite, row)):
+                continue
+            b, t, s, n = row
+            if b >= 1 and 0 <= t <= 64 and s >= 0 and n >= 0:
+                out.cells[(bucket(b), int(t))] = [float(s), float(n)]
+        return out
+
+
+class Acceptance:
+    """Per-position acceptance from decayed draft and accept counts.
+
+    `decay` per round: 0.7 gives recent rounds most of the weight (0.7^10 ~ 0.03), so after a
+    change of traffic the estimate has moved most of the way within ten rounds. `prior`
+    (alpha) with `prior_weight` pseudo-drafts makes a cold start neither 0 nor 1."""
+
+    MIN_DRAFTS = 3.0  # decayed drafts a position needs to be read rather than extrapolated
+
+    def __init__(self, *, decay: float = 0.7, prior: float = 0.5, prior_weight: float = 1.0):
+        self.decay, self.prior, self.prior_weight = decay, prior, prior_weight
+        self.drafts: list[float] = []
+        self.accepted: list[float] = []
+        self.rounds = 0
+
+    def observe(self, drafted: Sequence[int], accepted: Sequence[int]) -> None:
+        """One round: drafted[i] drafts had position i, accepted[i] of them were accepted."""
+        width = max(len(self.drafts), len(drafted))
+        self.drafts += [0.0] * (width - len(self.drafts))
+        self.accepted += [0.0] * (width - len(self.accepted))
+        for i in range(width):
+            self.drafts[i] *= self.decay
+            self.accepted[i] *= self.decay
+            if i < len(drafted):
+                self.drafts[i] += drafted[i]
+                self.accepted[i] += min(accepted[i] if i < len(accepted) else 0, drafted[i])
+        self.rounds += 1
+
+    def observe_lengths(self, drafted_k: Iterable[int], n_accepted: Iterable[int]) -> None:
+        """One round from its sequences: each drafted k tokens and had n accepted."""
+        width = 0
+        pairs = list(zip(drafted_k, n_accepted, strict=True))
+        for k, _ in pairs:
+            width = max(width, k)
+        drafted, accepted = [0] * width, [0] * width
+        for k, n in pairs:
+            for i in range(k):
+                drafted[i] += 1
+                accepted[i] += 1 if n > i else 0
+        if width:
+            self.observe(drafted, accepted)
+
+    def per_position(self, k: int) -> list[float]:
+        """P(drafts 0..i all accepted) for i < k: measured where there are drafts enough,
+        extrapolated with the conditional acceptance of the deepest measured positions."""
+        out: list[float] = []
+        cond_tail = self._conditional_tail()
+        for i in range(k):
+            d = self.drafts[i] if i < len(self.drafts) else 0.0
+            prev = out[-1] if out else 1.0
+            if d >= self.MIN_DRAFTS or (i == 0 and d > 0):
+                a = self.accepted[i]
+                p = (a + self.prior_weight * prev * self.prior) / (d + self.prior_weight)
+                out.append(min(p, prev))
+            else:
+                out.append(prev * cond_tail)
+        return out
+
+    def _conditional_tail(self) -> float:
+        """P(position i accepted | i-1 accepted) over the measured positions (pooled)."""
+        num = den = 0.0
+        for i in range(len(self.drafts)):
+            if self.drafts[i] < self.MIN_DRAFTS:
+                break
+            reach = (
+                self.drafts[i]
+                if i == 0
+                else self.accepted[i - 1] * (self.drafts[i] / max(self.drafts[i - 1], 1e-9))
+            )
+            num += self.accepted[i]
+            den += reach
+        if den <= 0:
+            return self.prior
+        return (num + self.prior_weight * self.prior) / (den + self.prior_weight)
+
+    def alpha(self) -> float:
+        return self._conditional_tail()
+
+    def to_json(self) -> dict:
+        return {
+            "per_position": [round(p, 4) for p in self.per_position(len(self.drafts))],
+            "alpha": round(self.alpha(), 4),
+            "rounds": self.rounds,
+        }

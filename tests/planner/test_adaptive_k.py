@@ -1,0 +1,128 @@
+"""Adaptive k closes its loop: the drafter's measurements (acceptance by position, draft and
+verify step costs, the round trip) reach the choice, k moves when acceptance moves, and the
+chosen k is never predicted to lose to plain decoding."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from fleet.planner.adaptive import AdaptiveK
+from fleet.planner.costs import Acceptance, StepCosts, bucket
+from fleet.planner.model import predict
+
+ADAPTIVE = {"mode": "adaptive", "k_min": 0, "k_max": 8, "k": 4}
+
+
+def memory_bound(verify_s=0.010, draft_step_s=0.001) -> AdaptiveK:
+    """A verifier whose forward costs the same for 1..9 tokens per sequence (memory-bound),
+    a drafter ten times cheaper per step."""
+    a = AdaptiveK()
+    for b in (1, 2, 4, 8):
+        for t in range(1, 10):
+            a.verify_costs.observe(b, t, verify_s)
+        for k in range(1, 9):
+            a.draft_costs.observe(b, k, draft_step_s * k)
+    a.observe_round_trip(verify_s + 0.001, verify_s, 8)
+    return a
+
+
+def feed(a: AdaptiveK, k: int, accept_p: float, batch: int = 8, rng=None) -> None:
+    rng = rng or random.Random(0)
+    ns = []
+    for _ in range(batch):
+        n = 0
+        while n < k and rng.random() < accept_p:
+            n += 1
+        ns.append(n)
+    a.acceptance.observe_lengths([k] * batch, ns)
+
+
+def test_step_costs_estimate_between_and_beyond_the_measured_cells():
+    c = StepCosts()
+    c.observe(1, 5, 0.010)
+    c.observe(4, 5, 0.016)
+    assert c.estimate(1, 5) == pytest.approx(0.010)
+    assert c.estimate(2, 5) == pytest.approx(0.012)  # linear between buckets 1 and 4
+    assert c.estimate(1, 3) is not None and c.estimate(1, 3) > 0
+    back = StepCosts.from_json(c.to_json())
+    assert back.estimate(2, 5) == pytest.approx(c.estimate(2, 5))
+    # junk on the wire is skipped, never raised
+    assert len(StepCosts.from_json([[1, 2, float("nan"), 1], "x", [1, 2, 3]])) == 0
+    assert StepCosts().estimate(1, 1) is None
+    assert bucket(3) == 4 and bucket(10_000) == 4096
+
+
+def test_acceptance_tracks_a_change_within_ten_rounds():
+    acc = Acceptance()
+    rng = random.Random(1)
+    for _ in range(30):
+        feed_acc = [4] * 16
+        acc.observe_lengths(feed_acc, [4 if rng.random() < 0.9 else 0 for _ in feed_acc])
+    assert acc.per_position(4)[3] > 0.8
+    for _ in range(10):
+        acc.observe_lengths([4] * 16, [0] * 16)
+    assert acc.per_position(1)[0] < 0.2
+
+
+def test_adaptive_k_rises_at_high_acceptance_and_settles_at_zero_after_a_drop():
+    a = memory_bound()
+    rng = random.Random(2)
+    for _ in range(20):
+        k = a.choose(ADAPTIVE, 8)
+        feed(a, k, 0.9, rng=rng)
+    assert a.choose(ADAPTIVE, 8) >= 4
+    rounds = 0
+    while a.choose(ADAPTIVE, 8) != 0:
+        feed(a, a.choose(ADAPTIVE, 8), 0.0, rng=rng)
+        rounds += 1
+        assert rounds <= 20, "adaptive k did not settle at 0 within 20 rounds"
+    # plain decoding now; the shadow drafts (position 0 only) bring it back when drafts
+    # become good again
+    back = 0
+    while a.choose(ADAPTIVE, 8) == 0:
+        a.acceptance.observe([4], [4])
+        back += 1
+        assert back <= 20
+
+
+def test_compute_bound_verify_makes_plain_decoding_win():
+    """Verify cost grows with tokens (compute-bound): even good drafts do not pay."""
+    a = AdaptiveK()
+    for t in range(1, 10):
+        a.verify_costs.observe(32, t, 0.010 * t)
+    for k in range(1, 9):
+        a.draft_costs.observe(32, k, 0.002 * k)
+    for _ in range(10):
+        feed(a, 4, 0.6, batch=32)
+    assert a.choose(ADAPTIVE, 32) == 0
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_chosen_k_never_predicted_below_plain(seed):
+    rng = random.Random(seed)
+    a = AdaptiveK()
+    base, slope = rng.uniform(0.001, 0.05), rng.uniform(0, 0.02)
+    for b in (1, 4, 16):
+        for t in (1, 2, 3, 5, 9):
+            a.verify_costs.observe(b, t, base + slope * t * b / 4)
+        for k in (1, 2, 4, 8):
+            a.draft_costs.observe(b, k, rng.uniform(0.0001, 0.01) * k)
+    a.observe_round_trip(rng.uniform(0.0, 0.02) + base, base, 4)
+    for _ in range(5):
+        feed(a, 4, rng.uniform(0, 1), batch=4, rng=rng)
+    k = a.choose({"mode": "adaptive", "k_min": 2, "k_max": 8, "k": 4}, 4)
+    m, vb = a.model(4)
+    assert predict(m, k=k, batch=vb).goodput_tps >= predict(m, k=0, batch=vb).goodput_tps
+
+
+def test_fixed_and_table_policies_are_followed_as_they_are():
+    a = memory_bound()
+    assert a.choose({"mode": "fixed", "k": 3}, 8) == 3
+    assert a.choose({"mode": "table", "table": [[4, 6], [64, 1]]}, 8) == 1
+    assert a.choose({"mode": "bogus"}, 8) == 0
+
+
+def test_cold_start_uses_the_policy_k():
+    assert AdaptiveK().choose(ADAPTIVE, 8) == 4

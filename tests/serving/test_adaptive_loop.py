@@ -1,0 +1,124 @@
+"""The drafter's loop feeds adaptive k: its start-up sweep, its propose times, the verifier's
+costs and round trip and the acceptance that come back with the results all reach the choice
+(before, `DraftLoop.measured` was never filled and an adaptive pipeline drafted its starting
+k forever). A fake engine keeps it fast; tests/serving/test_loops.py runs the real ones."""
+
+from __future__ import annotations
+
+import time
+
+from inference.engine.messages import Draft
+from inference.worker.draft import DraftLoop
+
+
+class FakeDrafter:
+    def __init__(self):
+        self.seqs: dict[str, list[int]] = {}
+
+    def add_many(self, items):
+        for sid, ids, _ in items:
+            self.seqs[sid] = list(ids)
+
+    def propose(self, requests):
+        time.sleep(0.0002 * max((k for _, k in requests), default=0))
+        return [Draft(sid, [7] * k, None) for sid, k in requests], max(k for _, k in requests)
+
+    def commit(self, sid, tokens, n_accepted):
+        self.seqs[sid].extend(tokens)
+
+    def free(self, sid):
+        self.seqs.pop(sid, None)
+
+
+class FakeEngine:
+    n_free = None
+
+    def __init__(self):
+        self.drafter = FakeDrafter()
+
+    def add_many(self, items):
+        self.drafter.add_many(items)
+
+    def propose(self, requests):
+        return self.drafter.propose(requests)[0]
+
+    def commit(self, sid, tokens, n_accepted):
+        self.drafter.commit(sid, tokens, n_accepted)
+
+    def free(self, sid):
+        self.drafter.free(sid)
+
+
+VERIFY_COSTS = [[b, t, 0.010, 5] for b in (1, 2, 4, 8) for t in range(1, 10)]  # memory-bound
+
+
+def make_loop(monkeypatch, sent):
+    loop = DraftLoop(
+        engine=FakeEngine(),
+        node_id=2,
+        pipeline_id=1,
+        config={"k_policy": {"mode": "adaptive", "k_min": 0, "k_max": 8, "k": 4}},
+    )
+    monkeypatch.setattr(loop, "send", lambda node, kind, p: sent.append((node, kind, p)))
+    monkeypatch.setenv("TANDEM_COST_SWEEP_S", "0.5")
+    loop.prepare()
+    gens = [f"g{i}" for i in range(8)]
+    ctx = {"ctx": [1, 2, 3], "params": {"temperature": 0.0}, "attempt": 1}
+    loop.handle("draft_start", {"verifier": 1, "seqs": [{"gen": g, **ctx} for g in gens]})
+    return loop, gens
+
+
+def rounds(loop, sent, n, *, accept, next_token=7):
+    """n rounds: the loop drafts (token 7), the 'verifier' accepts `accept(k)` of each draft
+    and emits `next_token` after them (7: what the drafter would have drafted next)."""
+    ks = []
+    for _ in range(n):
+        loop.step()
+        node, kind, p = sent.pop()
+        assert kind == "drafts" and node == 1
+        k = len(p["drafts"][0]["tokens"])
+        ks.append(k)
+        n_acc = accept(k)
+        results = [
+            {
+                "seq_id": d["seq_id"],
+                "tokens": [7] * n_acc + [next_token],
+                "n_accepted": n_acc,
+                "finished": False,
+            }
+            for d in p["drafts"]
+        ]
+        payload = {"verifier": 1, "results": results, "verify_s": 0.010, "vbatch": 8}
+        if len(ks) == 1:
+            payload["costs"] = VERIFY_COSTS
+        loop.handle("results", payload)
+    return ks
+
+
+def test_the_sweep_measures_draft_costs_before_the_first_round(monkeypatch):
+    loop, _ = make_loop(monkeypatch, [])
+    assert len(loop.adaptive.draft_costs) > 0
+    assert loop.adaptive.sweep_s is not None and loop.adaptive.sweep_s < 5
+
+
+def test_measurements_reach_the_choice_and_k_moves_when_acceptance_drops(monkeypatch):
+    sent: list = []
+    loop, _ = make_loop(monkeypatch, sent)
+    high = rounds(loop, sent, 15, accept=lambda k: k)  # every draft accepted
+    assert high[-1] >= 4
+    low = rounds(loop, sent, 20, accept=lambda k: 0, next_token=9)  # nothing accepted
+    settled = next(i for i, k in enumerate(low) if k == 0)
+    assert settled <= 20 and set(low[settled:]) == {0}
+    snap = loop.inspect()["adaptive"]
+    assert snap["verify_costs"] and snap["draft_costs"] and snap["hop_ms"] is not None
+    assert loop.stats.snapshot()["k_rounds"]["8:0"] >= 1  # k by batch size, for telemetry
+
+
+def test_shadow_drafts_at_k0_bring_drafting_back(monkeypatch):
+    sent: list = []
+    loop, _ = make_loop(monkeypatch, sent)
+    rounds(loop, sent, 20, accept=lambda k: 0, next_token=9)
+    assert loop.adaptive.current.get(8) == 0
+    # the shadow drafted token 7 for a few sequences; the verifier now emits 7 again
+    back = rounds(loop, sent, 40, accept=lambda k: k)
+    assert max(back) > 0
