@@ -326,6 +326,8 @@ CELERY_BEAT_SCHEDULE = {
     # auto mode: the planner applies its recommendations (hysteresis and a minimum interval
     # per pipeline keep it from flapping; most passes change nothing)
     "planner-auto-mode": {"task": "tandem.planner.auto_mode", "schedule": 30.0},
+    # every Apply is measured afterwards and rolled back when it lost (fleet.planner.verification)
+    "planner-verify-applied": {"task": "tandem.planner.verify_applied", "schedule": 5.0},
 }
 
 LOGGING = {

@@ -61,6 +61,7 @@ def local_node_ensure(*, pipeline: str, role: str) -> tuple[int, str]:
             draft_model=spec.draft_model,
             drafter_kind=spec.drafter_kind,
             description=spec.description,
+            k_policy=spec.k_policy,
         )
     name = node_name(spec.name, role)
     node = Node.objects.filter(name=name).first()

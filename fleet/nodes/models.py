@@ -29,6 +29,8 @@ from fleet.nodes.validators import (
 )
 
 _non_negative = [MinValueValidator(0)]
+# The roofline divides by these: zero would be a device that moves no bytes, computes nothing.
+_positive = [MinValueValidator(1e-6, message="must be greater than 0")]
 
 
 class NodeConflict(Exception):
@@ -75,8 +77,8 @@ class HardwareProfile(models.Model):
     vendor = models.CharField(max_length=64)
     model = models.CharField(max_length=128)
     memory_gb = models.FloatField(validators=_non_negative, help_text="Fast memory (HBM/SRAM/DRAM)")
-    memory_bandwidth_gbs = models.FloatField(validators=_non_negative)
-    peak_bf16_tflops = models.FloatField(validators=_non_negative, help_text="Dense, no sparsity")
+    memory_bandwidth_gbs = models.FloatField(validators=_positive)
+    peak_bf16_tflops = models.FloatField(validators=_positive, help_text="Dense, no sparsity")
     tdp_w = models.FloatField(validators=_non_negative)
     idle_w = models.FloatField(validators=_non_negative)
     list_price_usd = models.FloatField(null=True, blank=True, validators=_non_negative)

@@ -22,7 +22,8 @@ from django.utils import timezone
 from fleet.accounts.errors import Conflict
 from fleet.pipelines.models import AuditEvent, Pipeline
 from fleet.pipelines.services import PLANNER, pipeline_set_k_policy
-from fleet.planner import services
+from fleet.planner import services, verification
+from fleet.planner.models import ApplyCheck
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +42,7 @@ class Decision:
 def last_planner_change(pipeline: Pipeline) -> datetime | None:
     return (
         AuditEvent.objects.filter(pipeline=pipeline, actor_label=PLANNER, actor__isnull=True)
+        .exclude(action="apply_verified")
         .order_by("-created_at")
         .values_list("created_at", flat=True)
         .first()
@@ -88,6 +90,8 @@ def _try_k_policy(pipeline: Pipeline, rec: services.Recommendation, band: float)
         f"auto mode: predicted goodput {rec['current']['prediction']['goodput_tps']:.1f} -> "
         f"{proposal['prediction']['goodput_tps']:.1f} tokens/s (+{gain:.1%}, modeled)"
     )
+    if rolled_back_recently(pipeline, proposal["k_policy"]):
+        return Decision(pipeline.pk, False, "this k policy was rolled back after it lost")
     try:
         pipeline_set_k_policy(
             pipeline_id=pipeline.pk,
@@ -98,7 +102,26 @@ def _try_k_policy(pipeline: Pipeline, rec: services.Recommendation, band: float)
         )
     except Conflict as exc:  # an operator changed it meanwhile: their change wins this round
         return Decision(pipeline.pk, False, f"skipped: {exc.detail}")
+    verification.open_check(  # the same guard as an operator's Apply
+        pipeline=pipeline,
+        event=AuditEvent.objects.filter(pipeline=pipeline).first(),
+        what="k_policy",
+        previous={"k_policy": pipeline.k_policy},
+        predicted_tps=proposal["prediction"]["goodput_tps"],
+    )
     return Decision(pipeline.pk, True, reason, proposal["k_policy"])
+
+
+def rolled_back_recently(pipeline: Pipeline, k_policy: dict) -> bool:
+    """Auto mode does not re-apply what it had to roll back within the last hour (it would
+    flap between a prediction and a measurement that disagree)."""
+    since = timezone.now() - timedelta(hours=1)
+    return any(
+        c.event is not None and (c.event.after or {}).get("k_policy") == k_policy
+        for c in ApplyCheck.objects.filter(
+            pipeline=pipeline, state=ApplyCheck.State.ROLLED_BACK, applied_at__gte=since
+        ).select_related("event")
+    )
 
 
 def _try_split(pipeline: Pipeline, rec: services.Recommendation, band: float) -> Decision:

@@ -272,6 +272,25 @@ def measured_row(
     }
 
 
+def loaded_goodput(pipeline: Pipeline, *, since, until) -> tuple[float, int] | None:
+    """Mean goodput (tokens/s) of the pipeline's 10 s buckets that lie wholly in
+    [since, until] and ran under load, and how many there were; None without any."""
+    rows = Rollup.objects.filter(
+        scope="pipeline",
+        scope_id=pipeline.pk,
+        resolution_s=ROLLUP_S,
+        start__gte=since,
+        start__lte=until - timedelta(seconds=ROLLUP_S),
+    ).values_list("start", "data")[:500]
+    loaded = _loaded_starts(pipeline, since)
+    values = [
+        float(d["tokens_per_s"])
+        for start, d in rows
+        if start in loaded and (d.get("tokens_per_s") or 0) > 0 and d.get("batch_mean")
+    ]
+    return (sum(values) / len(values), len(values)) if values else None
+
+
 def _policy_k(pipeline: Pipeline) -> int:
     policy = pipeline.k_policy or {}
     return int(policy.get("k", 4)) if policy.get("mode") != "table" else int(policy["table"][0][1])

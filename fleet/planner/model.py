@@ -26,6 +26,7 @@ Every figure this module produces is *modeled*.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -86,6 +87,10 @@ def alpha_from_per_position(per_position: Sequence[float]) -> float:
 # --- hardware and models ---------------------------------------------------------------------
 
 
+class UnusableProfile(ValueError):
+    """A hardware profile the roofline cannot use."""
+
+
 @dataclass(frozen=True)
 class Hardware:
     slug: str
@@ -103,6 +108,15 @@ class Hardware:
 
     @classmethod
     def from_profile(cls, profile) -> Hardware:
+        """Raises UnusableProfile when a figure the roofline divides by is zero, negative or
+        not a number (a row written before those were refused)."""
+        for name in ("memory_bandwidth_gbs", "peak_bf16_tflops"):
+            value = getattr(profile, name, None)
+            if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+                raise UnusableProfile(
+                    f"hardware profile {profile.slug!r} has no usable {name} ({value!r}): "
+                    "set it to the device's figure to model it"
+                )
         return cls(
             slug=profile.slug,
             memory_bandwidth_gbs=profile.memory_bandwidth_gbs,

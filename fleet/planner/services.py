@@ -14,11 +14,11 @@ from typing import Any, Literal, TypedDict
 from django.core.exceptions import ValidationError
 
 from fleet.pipelines import services as pipeline_services
-from fleet.pipelines.models import DrafterKind, Pipeline, Placement, PlacementRole
+from fleet.pipelines.models import AuditEvent, DrafterKind, Pipeline, Placement, PlacementRole
 from fleet.pipelines.policy import PolicyError, validate_policy
 from fleet.pipelines.services import allowed_roles
-from fleet.planner import measurements
-from fleet.planner.model import PipelineModel, predict
+from fleet.planner import measurements, verification
+from fleet.planner.model import PipelineModel, Prediction, predict
 from fleet.planner.recommend import (
     best_split,
     difference,
@@ -132,7 +132,21 @@ def context(*, pipeline: Pipeline) -> PlannerContext:
 
 
 def recommendation(*, pipeline: Pipeline) -> Recommendation | Unavailable:
-    """Current configuration vs the planner's: k table and drafter:verifier split."""
+    """Current configuration vs the planner's: k table and drafter:verifier split. Never
+    raises on what the model cannot use (a hardware profile without bandwidth or FLOPs, a
+    model without the hardware to run it on): that is an unavailable recommendation."""
+    try:
+        return _recommendation(pipeline)
+    except ValueError as exc:  # UnusableProfile, or a model with nothing to time a step by
+        return {
+            "pipeline": pipeline.pk,
+            "available": False,
+            "modeled": True,
+            "reason": f"cannot model this pipeline: {exc}",
+        }
+
+
+def _recommendation(pipeline: Pipeline) -> Recommendation | Unavailable:
     ctx = context(pipeline=pipeline)
     m, measured, placements = ctx.model, ctx.measured, ctx.placements
     if m.n_verifiers == 0 or m.verifier is None and m.verify_curve is None:
@@ -150,6 +164,8 @@ def recommendation(*, pipeline: Pipeline) -> Recommendation | Unavailable:
     policy = policy_from_table(table)
     recommended = predict_policy(m, policy, batch)
     flex_d, flex_v = _flexible(placements)
+    beside = measured_beside(pipeline, m)
+    uncertainty = uncertainty_pct(m, beside)
     split, candidates = best_split(
         m,
         batch=batch,
@@ -163,7 +179,7 @@ def recommendation(*, pipeline: Pipeline) -> Recommendation | Unavailable:
     return {
         "pipeline": pipeline.pk,
         "version": pipeline.version,
-        "measured": measured_beside(pipeline, m),
+        "measured": beside,
         "available": True,
         "modeled": True,
         "sources": measurements.sources_label(m, measured),
@@ -178,11 +194,18 @@ def recommendation(*, pipeline: Pipeline) -> Recommendation | Unavailable:
             "telemetry_buckets": measured.get("samples", 0),
         },
         "current": {"k_policy": pipeline.k_policy, "prediction": current.as_dict()},
+        "uncertainty_pct": uncertainty,
+        "min_gain_pct": MIN_GAIN_PCT,
         "k_policy": {
             "k_policy": policy,
             "prediction": recommended.as_dict(),
             "difference": difference(current, recommended),
-            "changes": validate_policy(pipeline.k_policy) != validate_policy(policy),
+            **worth_it(
+                current,
+                recommended,
+                validate_policy(pipeline.k_policy) != validate_policy(policy),
+                uncertainty,
+            ),
         },
         "split": {
             "n_verifiers": split.n_verifiers,
@@ -190,7 +213,12 @@ def recommendation(*, pipeline: Pipeline) -> Recommendation | Unavailable:
             "within_power_budget": split.within_budget,
             "prediction": split.prediction.as_dict(),
             "difference": difference(current, split.prediction),
-            "changes": (split.n_verifiers, split.n_drafters) != (m.n_verifiers, m.n_drafters),
+            **worth_it(
+                current,
+                split.prediction,
+                (split.n_verifiers, split.n_drafters) != (m.n_verifiers, m.n_drafters),
+                uncertainty,
+            ),
             "candidates": [
                 {
                     "n_verifiers": s.n_verifiers,
@@ -203,6 +231,42 @@ def recommendation(*, pipeline: Pipeline) -> Recommendation | Unavailable:
                 for s in candidates
             ],
         },
+    }
+
+
+MIN_GAIN_PCT = 3.0  # a change predicted to gain less is not recommended
+
+
+def uncertainty_pct(m: PipelineModel, beside: dict | None) -> float:
+    """How far the prediction may be off, in %: the model's error where it was measured
+    (at the current configuration), plus a margin for each input that is not measured
+    (acceptance assumed, step costs from the roofline rather than the nodes)."""
+    err = abs(beside["goodput_error_pct"]) if beside and beside["goodput_error_pct"] else 0.0
+    sources = measurements.sources_label(m)
+    unmeasured = sum(
+        1
+        for key in ("verify_step", "draft_step")
+        if sources[key] == "roofline" and m.verify_costs is None
+    )
+    margin = 10.0 * unmeasured + (10.0 if sources["alpha"] == "assumed" else 0.0)
+    return round(min(err + margin + 2.0, 100.0), 1)
+
+
+def worth_it(before: Prediction, after: Prediction, changes: bool, uncertainty: float) -> dict:
+    """Whether a different configuration is recommended: only when it is predicted to gain
+    at least MIN_GAIN_PCT (a change predicted to lose, or to gain within the noise, is
+    not), with the reason either way."""
+    gain = difference(before, after)["goodput_pct"] or 0.0
+    if not changes:
+        return {"changes": False, "why": "the current configuration is the best predicted"}
+    if gain < MIN_GAIN_PCT:
+        return {
+            "changes": False,
+            "why": f"predicted gain {gain:+.1f} % is below {MIN_GAIN_PCT:.0f} %: not worth it",
+        }
+    return {
+        "changes": True,
+        "why": f"predicted gain {gain:+.1f} % (± {uncertainty:.0f} %)",
     }
 
 
@@ -231,7 +295,10 @@ def preview(*, pipeline: Pipeline, action: dict[str, Any]) -> Preview:
     kind = action.get("action")
     if kind not in PREVIEW_ACTIONS:
         raise ValidationError({"action": f"one of {', '.join(PREVIEW_ACTIONS)}"})
-    ctx = context(pipeline=pipeline)
+    try:
+        ctx = context(pipeline=pipeline)
+    except ValueError as exc:
+        raise ValidationError({"action": f"cannot model this pipeline: {exc}"}) from exc
     m, measured, placements = ctx.model, ctx.measured, ctx.placements
     batch = operating_batch(pipeline, measured)
     policy = pipeline.k_policy
@@ -258,8 +325,11 @@ def preview(*, pipeline: Pipeline, action: dict[str, Any]) -> Preview:
         raise ValidationError(
             {"action": "the pipeline has no verifier before or after: nothing to model"}
         )
-    before = predict_policy(m, policy, batch) if m.n_verifiers else None
-    after = predict_policy(after_m, after_policy, after_batch) if after_m.n_verifiers else None
+    try:
+        before = predict_policy(m, policy, batch) if m.n_verifiers else None
+        after = predict_policy(after_m, after_policy, after_batch) if after_m.n_verifiers else None
+    except ValueError as exc:
+        raise ValidationError({"action": f"cannot model this pipeline: {exc}"}) from exc
     return {
         "pipeline": pipeline.pk,
         "action": action,
@@ -309,6 +379,9 @@ def apply(
         goodput_pct = proposal["difference"]["goodput_pct"]
         why = f"planner recommendation ({what}), predicted goodput {goodput_pct}%"
     if what == "k_policy":
+        if not rec["k_policy"]["changes"]:
+            raise ValidationError({"what": rec["k_policy"]["why"]})
+        previous = {"k_policy": pipeline.k_policy}
         pipeline_services.pipeline_set_k_policy(
             pipeline_id=pipeline.pk,
             actor=actor,
@@ -316,9 +389,18 @@ def apply(
             expected_version=expected_version,
             reason=why,
         )
+        verification.open_check(
+            pipeline=pipeline,
+            event=AuditEvent.objects.filter(pipeline=pipeline).first(),  # the one just written
+            what="k_policy",
+            previous=previous,
+            predicted_tps=rec["k_policy"]["prediction"]["goodput_tps"],
+        )
         return {"applied": "k_policy", "k_policy": rec["k_policy"]["k_policy"]}
     if what == "split":
         split = rec["split"]
+        if not split["changes"]:
+            raise ValidationError({"what": split["why"]})
         placements = _placements(pipeline)
         flex_d, flex_v = _flexible(placements)
         delta = split["n_verifiers"] - rec["inputs"]["n_verifiers"]
@@ -339,5 +421,13 @@ def apply(
             )
             version = None  # our own changes bump the version; the first check is enough
         switched = [SwitchedNode(node=n, role=r) for n, r in switch]
+        back = PlacementRole.DRAFT if delta > 0 else PlacementRole.VERIFY
+        verification.open_check(
+            pipeline=pipeline,
+            event=None,
+            what="split",
+            previous={"roles": [[n, back] for n, _ in switch]},
+            predicted_tps=split["prediction"]["goodput_tps"],
+        )
         return {"applied": "split", "switched": switched}
     raise ValidationError({"what": "k_policy or split"})

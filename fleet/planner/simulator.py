@@ -28,7 +28,7 @@ from fleet.pipelines.models import Pipeline, Placement, PlacementRole
 from fleet.pipelines.policy import k_for
 from fleet.pipelines.services import pipeline_create
 from fleet.planner import measurements
-from fleet.planner.model import Hardware, PipelineModel, predict
+from fleet.planner.model import Hardware, PipelineModel, UnusableProfile, predict
 from fleet.telemetry.templates import Encoder
 
 logger = logging.getLogger(__name__)
@@ -193,8 +193,14 @@ class Simulator:
             .exclude(state="retired")
             .select_related("profile")
         )
+        self.profiles = {}
+        for n in nodes:
+            try:
+                self.profiles[n.pk] = Hardware.from_profile(n.profile)
+            except UnusableProfile as exc:  # nothing to time its steps by: not simulated
+                logger.warning("simulator: node %s skipped: %s", n.name, exc)
+        nodes = [n for n in nodes if n.pk in self.profiles]
         self.node_ids = [n.pk for n in nodes]
-        self.profiles = {n.pk: Hardware.from_profile(n.profile) for n in nodes}
         self.serving = {n.pk for n in nodes if n.state == "online"}
         tokens = NodeToken.objects.filter(
             node_id__in=self.node_ids, revoked_at__isnull=True

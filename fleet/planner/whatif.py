@@ -24,7 +24,12 @@ from fleet.nodes.choices import ProfileKind
 from fleet.nodes.models import HardwareProfile
 from fleet.pipelines.models import DrafterKind, Pipeline, Placement, PlacementRole
 from fleet.planner import measurements
-from fleet.planner.model import Hardware, PipelineModel, cost_per_million_tokens
+from fleet.planner.model import (
+    Hardware,
+    PipelineModel,
+    UnusableProfile,
+    cost_per_million_tokens,
+)
 from fleet.planner.recommend import best_k_at
 from fleet.planner.services import operating_batch
 
@@ -55,7 +60,7 @@ def current_fleet(
     """Every pipeline's mix, from one GROUP BY over the placements that are not retired
     (pipeline, role, profile): a 10,000-node fleet is a few dozen rows, not 10,000 loaded
     placements."""
-    profiles = {p.slug: p for p in HardwareProfile.objects.all()}
+    profiles = {p.slug: p for p in HardwareProfile.objects.all() if usable(p)}
     pipelines = Pipeline.objects.order_by("name")
     if not include_simulated:
         pipelines = pipelines.filter(simulated=False)
@@ -72,6 +77,8 @@ def current_fleet(
     mixes = []
     for pipeline in pipelines_list:
         placed = counts[pipeline.pk]
+        if any(slug not in profiles for _, slug, _ in placed):
+            continue  # placed on a profile the roofline cannot use: not modeled
         measured = measurements.measured(pipeline)
         m = measurements.pipeline_model_of_counts(
             pipeline, counts=placed, profiles=profiles, measured_inputs=measured
@@ -172,6 +179,14 @@ def _spread(mixes: list[PipelineMix], n: int, add) -> None:
         add(mixes[i % len(mixes)])
 
 
+def usable(profile: HardwareProfile) -> bool:
+    try:
+        Hardware.from_profile(profile)
+        return True
+    except UnusableProfile:
+        return False
+
+
 def apply_changes(mixes: list[PipelineMix], profiles: dict, changes: dict) -> list[str]:
     """Mutates `mixes`; returns notes on what could not be done."""
     notes = []
@@ -230,8 +245,15 @@ def apply_changes(mixes: list[PipelineMix], profiles: dict, changes: dict) -> li
 
 def what_if(changes: dict, *, include_simulated: bool = True) -> dict:
     mixes, profiles = current_fleet(include_simulated=include_simulated)
+    unusable = HardwareProfile.objects.exclude(slug__in=list(profiles)).values_list(
+        "slug", flat=True
+    )
     prices = {k: float(v) for k, v in (changes.get("prices") or {}).items()}
     before = evaluate(mixes, profiles, prices)
     notes = apply_changes(mixes, profiles, changes)
     after = evaluate(mixes, profiles, prices)
+    notes += [
+        f"profile {slug!r} lacks bandwidth or FLOPs: its pipelines are not modeled"
+        for slug in unusable
+    ]
     return {"modeled": True, "changes": changes, "before": before, "after": after, "notes": notes}

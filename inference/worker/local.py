@@ -39,6 +39,9 @@ LOADING = "its node workers loading the model"
 LOADING_TTL_S = 60  # outlives a slow load; a node online serves before anyone reads it
 
 
+ADAPTIVE_K = {"mode": "adaptive", "k_min": 0, "k_max": 8, "k": 4}
+
+
 @dataclass(frozen=True)
 class LocalPipeline:
     name: str
@@ -52,6 +55,9 @@ class LocalPipeline:
     # Its workers' defaults (the environment wins): SmolLM2's 8k context times 64 slots
     # would be a 24 GB KV cache.
     worker_env: dict[str, str] = field(default_factory=dict)
+    # Adaptive k: the drafter settles on the k that its measured acceptance and step costs
+    # say is best, k = 0 included (fixed k = 4 lost to plain decoding on smollm2 at 8 streams).
+    k_policy: dict = field(default_factory=lambda: dict(ADAPTIVE_K))
 
 
 def _smollm2_prepared(models: Path) -> bool:
