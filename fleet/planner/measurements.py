@@ -32,6 +32,7 @@ from fleet.planner.model import (
     fit_linear,
     fit_linear2,
 )
+from fleet.planner.node_costs import node_step_costs
 from fleet.telemetry.models import Rollup
 
 DEFAULT_ALPHA = 0.7
@@ -138,6 +139,11 @@ def measured(pipeline: Pipeline, *, window: timedelta = MEASURE_WINDOW) -> dict:
     rounds = round_points(list(node_rows))
     if rounds:
         out["rounds"] = rounds
+    placed = Placement.objects.filter(pipeline=pipeline).exclude(node__state="retired")
+    out |= node_step_costs(
+        list(placed.filter(role=PlacementRole.VERIFY).values_list("node_id", flat=True)[:8]),
+        list(placed.filter(role=PlacementRole.DRAFT).values_list("node_id", flat=True)[:8]),
+    )
     return out
 
 
@@ -308,7 +314,7 @@ def measured_from_rollups(rows: list[dict], *, default_k: int = 4) -> dict:
             batches.append(float(batch))
         k = mean_draft_length(d, default_k)
         if batch and d.get("verify_step_ms"):
-            verify_pts.append((batch * (k + 1), d["verify_step_ms"] / 1000))
+            verify_pts.append((batch * (k + 1), d["verify_step_ms"] / 1000, 1.0, batch))
         if batch and d.get("draft_step_ms"):
             draft_pts.append((batch, d["draft_step_ms"] / 1000))
     out: dict = {"samples": len(rows)}
@@ -324,11 +330,28 @@ def measured_from_rollups(rows: list[dict], *, default_k: int = 4) -> dict:
             sum(have := [r[i] for r in per_pos_rows if len(r) > i]) / len(have)
             for i in range(width)
         )
-    for key, pts in (("verify_curve", verify_pts), ("draft_curve", draft_pts)):
+    if verify_pts and not _spans([p[0] for p in verify_pts]):
+        # one operating point: a line through it would take its slope from noise (and once
+        # predicted k = 0 at +135 % when it halved goodput). The roofline's shape, scaled to
+        # what was measured, carries the point to other k and batches instead.
+        out["verify_points"] = [(n, b, t) for n, t, _, b in verify_pts]
+    elif len(verify_pts) >= MIN_FIT_POINTS:
+        out["verify_curve"] = fit_linear([p[:3] for p in verify_pts])
+    if len(draft_pts) >= MIN_FIT_POINTS:
         # one size only: a measured constant beats the roofline at the size that runs
-        if len(pts) >= MIN_FIT_POINTS:
-            out[key] = fit_linear(pts)
+        out["draft_curve"] = fit_linear(draft_pts)
     return out
+
+
+def _spans(values: list[float], ratio: float = 1.5) -> bool:
+    """Whether the measured sizes span enough (max/min) to fit a slope to."""
+    return min(values) > 0 and max(values) / min(values) >= ratio
+
+
+def verify_scale(model: PipelineModel, points: list[tuple[float, float, float]]) -> float:
+    """Measured over roofline step time at the measured (tokens, batch) points."""
+    roof = sum(model.t_verify(b, n) for n, b, _ in points)
+    return sum(t for *_, t in points) / roof if roof > 0 else 1.0
 
 
 def pipeline_model(
@@ -371,11 +394,15 @@ def pipeline_model_of_counts(
         draft=model_spec(pipeline.draft_model, default_params=1e9),
         verify_curve=m.get("verify_curve"),
         draft_curve=m.get("draft_curve"),
+        verify_costs=m.get("verify_costs"),
+        draft_costs=m.get("draft_costs"),
         n_verifiers=serving(PlacementRole.VERIFY),
         n_drafters=serving(PlacementRole.DRAFT),
         drafter_kind=pipeline.drafter_kind,
         drafter_mix=_mix(counts, profiles, PlacementRole.DRAFT),
     )
+    if m.get("verify_points") and model.verifier is not None and model.target is not None:
+        model = model.with_(verify_scale=verify_scale(model, m["verify_points"]))
     if m.get("rounds") and model.n_verifiers:
         model = model.with_(overhead_curve=fit_overhead(model, m["rounds"]))
     return model
@@ -405,7 +432,9 @@ def sources_label(m: PipelineModel, measured_inputs: dict | None = None) -> dict
     got = measured_inputs or {}
     return {
         "alpha": "measured" if ("alpha" in got or m.per_position) else "assumed",
-        "verify_step": src(m.verify_curve),
-        "draft_step": src(m.draft_curve),
+        "verify_step": "measured by the nodes"
+        if m.verify_costs is not None
+        else ("calibrated roofline" if m.verify_scale != 1.0 else src(m.verify_curve)),
+        "draft_step": "measured by the nodes" if m.draft_costs is not None else src(m.draft_curve),
         "overhead": "measured" if m.overhead_curve is not None else "none",
     }

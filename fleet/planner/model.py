@@ -237,6 +237,9 @@ class PipelineModel:
     # They win over the curves and the roofline where present.
     verify_costs: StepCosts | None = None
     draft_costs: StepCosts | None = None
+    # The roofline's verify step times this: measured / roofline at the measured point
+    # (one operating point gives a level, not a slope).
+    verify_scale: float = 1.0
 
     def with_(self, **changes) -> PipelineModel:
         return replace(self, **changes)
@@ -253,7 +256,9 @@ class PipelineModel:
             return self.verify_curve(tokens, batch)
         if self.verifier is None or self.target is None:
             raise ValueError("no verify curve and no verifier hardware/target model")
-        return roofline_step_s(self.verifier, self.target, batch=batch, tokens=tokens)
+        return self.verify_scale * roofline_step_s(
+            self.verifier, self.target, batch=batch, tokens=tokens
+        )
 
     def t_draft(self, batch: float) -> float:
         if self.drafter_kind == "ngram":

@@ -243,12 +243,10 @@ def uncertainty_pct(m: PipelineModel, beside: dict | None) -> float:
     (acceptance assumed, step costs from the roofline rather than the nodes)."""
     err = abs(beside["goodput_error_pct"]) if beside and beside["goodput_error_pct"] else 0.0
     sources = measurements.sources_label(m)
-    unmeasured = sum(
-        1
+    margin = sum(
+        {"roofline": 10.0, "calibrated roofline": 5.0}.get(sources[key], 0.0)
         for key in ("verify_step", "draft_step")
-        if sources[key] == "roofline" and m.verify_costs is None
-    )
-    margin = 10.0 * unmeasured + (10.0 if sources["alpha"] == "assumed" else 0.0)
+    ) + (10.0 if sources["alpha"] == "assumed" else 0.0)
     return round(min(err + margin + 2.0, 100.0), 1)
 
 
