@@ -55,7 +55,15 @@ SCALARS = (
 
 
 class Acc:
-    __slots__ = (*SCALARS, "per_pos", "per_pos_drafts", "ttft_hist", "itl_hist", "batch_hist")
+    __slots__ = (
+        *SCALARS,
+        "per_pos",
+        "per_pos_drafts",
+        "ttft_hist",
+        "itl_hist",
+        "batch_hist",
+        "k_hist",
+    )
     # the scalars, set in __init__ from SCALARS (declared for the type checker)
     dur: float
     n: float
@@ -90,6 +98,7 @@ class Acc:
         self.ttft_hist: list[float] = [0.0] * N_BUCKETS
         self.itl_hist: list[float] = [0.0] * N_BUCKETS
         self.batch_hist: dict[int, float] = {}
+        self.k_hist: dict[str, float] = {}  # "<batch>:<k>" -> draft rounds
 
     # --- feeding --------------------------------------------------------------------------
     def add_sample(self, s: dict, sign: int = 1) -> None:
@@ -118,6 +127,8 @@ class Acc:
             steps += count
         self.verify_steps += sign * steps
         self.verify_step_sum += sign * steps * s["verify_step_s"]
+        if s.get("k_hist"):
+            _add_dict(self.k_hist, s["k_hist"], sign)
         energy = s["energy_j"]
         self.energy_draft += sign * energy["draft"]
         self.energy_verify += sign * energy["verify"]
@@ -156,6 +167,8 @@ class Acc:
             ]
         for size, count in other.batch_hist.items():
             self.batch_hist[size] = self.batch_hist.get(size, 0.0) + scale * count
+        if other.k_hist:
+            _add_dict(self.k_hist, other.k_hist, scale)
 
     def add_rates_of(self, node: Acc) -> None:
         """Add a node's window normalised to one second: summing these gives fleet rates
@@ -179,6 +192,28 @@ def _add_list(acc: list[float], values, scale: float) -> None:
     for i, v in enumerate(values):
         if v:
             acc[i] += scale * v
+
+
+def _add_dict(acc: dict, values: dict, scale: float) -> None:
+    for key, v in values.items():
+        acc[key] = acc.get(key, 0.0) + scale * v
+        if acc[key] <= 1e-9:
+            del acc[key]
+
+
+def k_figures(k_hist: dict[str, float]) -> tuple[float | None, dict[str, float]]:
+    """Mean k drafted per round, and the mean k by batch size, from a drafter's k_hist."""
+    rounds = k_sum = 0.0
+    by_batch: dict[int, list[float]] = {}
+    for key, n in k_hist.items():
+        batch, _, k = key.partition(":")
+        rounds += n
+        k_sum += n * int(k)
+        cell = by_batch.setdefault(int(batch), [0.0, 0.0])
+        cell[0] += n * int(k)
+        cell[1] += n
+    mean = round(k_sum / rounds, 3) if rounds > 0 else None
+    return mean, {str(b): round(c[0] / c[1], 2) for b, c in sorted(by_batch.items()) if c[1]}
 
 
 def _make_add_scalars():
@@ -290,7 +325,10 @@ def derive(acc: Acc, span_s: float) -> dict:
     per_pos = [round(p, 4) for p in per_position_acceptance(pos)]
     alpha = estimate_alpha(pos)
     itl_count = sum(acc.itl_hist)
+    k_mean, k_by_batch = k_figures(acc.k_hist)
     return {
+        "k_mean": k_mean,
+        "k_by_batch": k_by_batch,
         "acceptance_rate": _ratio(acc.accepted, acc.draft_tokens),
         "mean_acceptance_length": round(1 + acc.accepted / drafts, 4) if drafts > 0 else None,
         "per_position_acceptance": per_pos,

@@ -11,6 +11,7 @@ from fleet.telemetry.models import RETENTION, Rollup
 
 # Figures a chart may ask for (keys of fleet.telemetry.accumulators.derive()).
 SERIES_FIELDS = (
+    "k_mean",
     "acceptance_rate",
     "mean_acceptance_length",
     "per_position_acceptance",

@@ -35,6 +35,8 @@ Keys (all optional except `ts`; missing numbers are zero):
     verify_batch_hist            {"<batch size>": <verify steps>}
     draft_steps                  int,   draft_step_s  float (mean seconds per draft step)
     verify_step_s                float (mean seconds per verify step; steps = sum(hist))
+    k_hist                       {"<batch>:<k>": <draft rounds>} the k the drafter chose per
+                                 round, by its batch size (adaptive k at work)
     queue_depth, num_requests_running, num_requests_waiting, kv_slots_used, kv_slots_total: int
     ttft_hist, itl_hist          [int] counts per LATENCY_BUCKETS bucket (+Inf last), with
     ttft_sum, itl_sum            float seconds; or raw `ttft_s` / `itl_s` lists of seconds,
@@ -81,6 +83,7 @@ POWER_SOURCES = ("measured-nvml", "measured-rapl", "modeled")
 ROLES = ("draft", "verify")
 MAX_POSITIONS = 32
 MAX_BATCH = 4096
+MAX_K = 16
 
 INT_FIELDS = (
     "num_drafts",
@@ -158,6 +161,23 @@ def _drafts_per_pos(sample: dict, out: dict) -> list[int]:
     return list(given)
 
 
+def _k_hist(value) -> dict[str, int]:
+    if not isinstance(value, dict) or len(value) > 512:
+        raise InvalidSample("k_hist must map '<batch>:<k>' to rounds (at most 512 entries)")
+    out = {}
+    for key, rounds in value.items():
+        batch, _, k = str(key).partition(":")
+        if not (batch.isdigit() and k.isdigit()):
+            raise InvalidSample("k_hist keys are '<batch>:<k>'")
+        if not (1 <= int(batch) <= MAX_BATCH and int(k) <= MAX_K):
+            raise InvalidSample(f"k_hist: batch 1..{MAX_BATCH}, k 0..{MAX_K}")
+        if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 0:
+            raise InvalidSample("k_hist counts must be integers >= 0")
+        if rounds:
+            out[f"{int(batch)}:{int(k)}"] = rounds
+    return out
+
+
 def normalize(sample: dict) -> dict:
     """A validated, canonical copy of `sample` (raises InvalidSample). Unknown keys dropped."""
     if not isinstance(sample, dict):
@@ -206,6 +226,7 @@ def normalize(sample: dict) -> dict:
         if steps > 0:
             clean_hist[str(size_i)] = steps
     out["verify_batch_hist"] = clean_hist
+    out["k_hist"] = _k_hist(sample.get("k_hist") or {})
     for name in ("ttft", "itl"):
         if f"{name}_s" in sample:
             raw = sample[f"{name}_s"]

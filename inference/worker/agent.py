@@ -218,7 +218,11 @@ class Agent:
             }
         else:
             n_steps = d("draft_steps", counters.num_draft_steps)
-            sample |= {"draft_steps": n_steps, "draft_step_s": (busy / n_steps) if n_steps else 0.0}
+            sample |= {
+                "draft_steps": n_steps,
+                "draft_step_s": (busy / n_steps) if n_steps else 0.0,
+                "k_hist": d("k_hist", stats["k_rounds"]),  # the k chosen, by batch size
+            }
         return sample
 
     def heartbeat_body(self, samples: list[dict]) -> dict:

@@ -8,6 +8,7 @@
   var FORMAT = {
     acceptance_rate: function (v) { return T.pct(v); },
     mean_acceptance_length: function (v) { return T.fmt(v, 2); },
+    k_mean: function (v) { return T.fmt(v, 1); },
     alpha: function (v) { return T.fmt(v, 3); },
     tokens_per_s: function (v) { return T.fmt(v, 1); },
     batch_mean: function (v) { return T.fmt(v, 1); },
@@ -45,6 +46,7 @@
       { key: "alpha", name: "α (est.)", color: C.alpha, scale: 100, unit: "%" },
     ], { yaxis: { ticksuffix: "%", range: [0, 100], gridcolor: C.grid } }],
     ["ch-length", [{ key: "mean_acceptance_length", name: "mean acceptance length", color: C.length }]],
+    ["ch-k", [{ key: "k_mean", name: "k drafted (mean per round)", color: C.draft }], { yaxis: { rangemode: "tozero", gridcolor: C.grid } }],
     ["ch-tokens", [{ key: "tokens_per_s", name: "tokens/s", color: C.tokens, fill: "tozeroy", fillcolor: "rgba(122,162,255,0.12)" }]],
     ["ch-batch", [{ key: "batch_mean", name: "mean batch", color: C.batch }]],
     ["ch-itl", [
