@@ -44,8 +44,11 @@ def _post(client, path: str, body: dict):
 
 @pytest.mark.parametrize(
     ("path", "base", "optional"),
-    [("/v1/completions", COMPLETION, COMPLETIONS_OPTIONAL), ("/v1/chat/completions", CHAT, CHAT_OPTIONAL)],
-)  # fmt: skip
+    [
+        ("/v1/completions", COMPLETION, COMPLETIONS_OPTIONAL),
+        ("/v1/chat/completions", CHAT, CHAT_OPTIONAL),
+    ],
+)
 def test_every_optional_parameter_sent_as_null_is_absent(
     as_persona, submitted, path, base, optional
 ):
