@@ -73,8 +73,9 @@ def recent(n: int = 5, *, client: redis_lib.Redis | None = None) -> list[dict[st
     """The last `n` dead letters, newest first: entry, node, reason, at (unix seconds)."""
     r = client or redis_clients.client()
     out = []
-    for entry_id, fields in r.xrevrange(stream(), count=n):  # type: ignore[union-attr]
-        item = {_str(k): _str(v) for k, v in fields.items()}
+    entries: Any = r.xrevrange(stream(), count=n)
+    for entry_id, fields in entries:
+        item = {_str(k): _str(v) for k, v in (fields or {}).items()}
         out.append(
             {"entry": _str(entry_id), **{k: item.get(k, "") for k in ("node", "reason", "at")}}
         )
