@@ -36,6 +36,8 @@ from django.core.handlers.asgi import ASGIHandler
 from django.db import close_old_connections, reset_queries
 from whitenoise.middleware import WhiteNoiseMiddleware
 
+from fleet import web_gate
+
 
 class Lane(ThreadPoolExecutor):
     """One long-lived thread. Before each job it does what Django's `request_started`
@@ -87,12 +89,20 @@ class LaneASGIHandler(ASGIHandler):
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             raise ValueError(f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
+        refusal = web_gate.early_refusal(scope)  # size and credentials before the body
+        if refusal is not None:
+            await web_gate.respond(send, scope.get("path", ""), *refusal)
+            return
+        bounded, started = web_gate.Bounded(receive), web_gate.Started(send)
         token = _served.set(True)
         try:
             async with ThreadSensitiveContext(executor=next(self._next)):
-                await self.handle(scope, receive, send)
+                await self.handle(scope, bounded, started)
         finally:
             _served.reset(token)
+        if (bounded.over or bounded.slow) and not started.started:
+            status, why = (413, web_gate.TOO_LARGE) if bounded.over else (408, web_gate.SLOW)
+            await web_gate.respond(send, scope.get("path", ""), status, why)
 
 
 def get_asgi_application() -> LaneASGIHandler:

@@ -17,6 +17,7 @@ import socket
 
 APP = "fleet.asgi:application"
 SHUTDOWN_S = 5
+KEEP_ALIVE_S = 5  # body reads are bounded in fleet.web_gate (BODY_READ_TIMEOUT_S)
 
 
 def config(**where):
@@ -32,6 +33,7 @@ def config(**where):
         proxy_headers=False,
         server_header=False,
         timeout_graceful_shutdown=SHUTDOWN_S,
+        timeout_keep_alive=KEEP_ALIVE_S,  # an idle connection between requests
         **where,
     )
 

@@ -4,7 +4,14 @@ credentials; they XADD signed reports to `tandem:ledger` (`inference.node_report
 this process applies them to the Generation rows through `inference.services`.
 
 - **In batches, in order**: up to `batch` entries per read, applied oldest first in ONE
-  transaction (each in its own savepoint, so a malformed entry is skipped, never stuck).
+  transaction (each in its own savepoint, so a bad entry is set aside, never stuck).
+- **Bad data from a bad day**: an entry that can never be stored as sent (unreadable, a
+  non-finite number, an over-long field, a finish that does not fit its request, a
+  constraint or value the database refuses) goes to the dead-letter stream with the reason
+  (`inference.dead_letters`; counted in `/metrics`, shown on the console) and the ledger
+  moves on; a finish set aside fails its generation, saying why. A transient error (the
+  database unavailable, a lock: OperationalError and the like) is retried: nothing of the
+  batch is acknowledged.
 - **Exactly once**: a Redis consumer group; entries are acknowledged only after their
   transaction committed. A consumer restarted mid-stream first re-reads its own pending
   entries (delivered, not acknowledged), and every report is idempotent by (generation,
@@ -25,6 +32,7 @@ is to telemetry.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -35,13 +43,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 import redis as redis_lib
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, DataError, IntegrityError, transaction
 
 from fleet import redis_clients
 from fleet.nodes.models import NodeToken
 from fleet.nodes.signing import signing_key
 from fleet.redis_clients import REFRESH_LEADER_LOCK
-from inference import node_reports, services, wire
+from inference import dead_letters, node_reports, report_checks, services, wire
+from inference.models import Generation, GenerationState
 
 logger = logging.getLogger(__name__)
 
@@ -125,26 +134,39 @@ class Ledger:
 
     def apply(self, entries) -> dict[int, dict[str, list]]:
         """Apply entries in order, in one transaction; the answers to claims by node:
-        {"starts": [[gen, attempt], ..] claimed, "refused": [..] not (ended or moved)}."""
+        {"starts": [[gen, attempt], ..] claimed, "refused": [..] not (ended or moved)}.
+        Entries set aside go to the dead-letter stream after commit."""
         counts: dict[str, int] = defaultdict(int)
         replies: dict[int, dict[str, list]] = defaultdict(lambda: {"starts": [], "refused": []})
+        letters: list[tuple[str, dict[str, str]]] = []
         with transaction.atomic():
             for entry_id, fields in entries:
-                outcome = self._apply_one(entry_id, fields, replies)
+                outcome = self._apply_one(entry_id, fields, replies, letters)
                 counts[outcome] += 1
+        if letters:
+            dead_letters.put(self.r, letters)
+            counts["dead_letters"] += len(letters)
         pipe = self.r.pipeline(transaction=False)
         for field, n in counts.items():
             pipe.hincrby(STATS_KEY, field, n)
         pipe.execute()
         return replies
 
-    def _apply_one(self, entry_id, fields, replies) -> str:
+    def _apply_one(self, entry_id, fields, replies, letters) -> str:
+        def set_aside(reason: str, outcome: str = "bad_data") -> str:
+            logger.warning("ledger: entry %s set aside (dead letter): %s", entry_id, reason)
+            letters.append(dead_letters.letter(entry_id, fields, reason))
+            return outcome
+
         try:
             node_id, body, signature = node_reports.decode(fields)
         except ValueError as exc:
-            logger.warning("ledger: malformed entry %s refused: %s", entry_id, exc)
-            return "malformed"
-        report = node_reports.verified(node_id, body, signature, self.keys.of(node_id))
+            return set_aside(f"malformed entry: {exc}", "malformed")
+        try:
+            report = node_reports.verified(node_id, body, signature, self.keys.of(node_id))
+        except node_reports.BadReport as exc:
+            self._refuse_finish(node_id, body, str(exc))
+            return set_aside(str(exc))
         if report is None:
             logger.warning(
                 "ledger: entry %s refused: not signed by node %s's key", entry_id, node_id
@@ -153,12 +175,41 @@ class Ledger:
         try:
             with transaction.atomic():
                 _APPLY[report["kind"]](node_id, report, replies)
+        except node_reports.BadReport as exc:
+            self._refuse_finish(node_id, body, str(exc))
+            return set_aside(str(exc))
+        except (DataError, IntegrityError) as exc:  # this entry, whenever it is applied
+            reason = f"the database refused it: {type(exc).__name__}: {exc}"
+            self._refuse_finish(node_id, body, reason)
+            return set_aside(reason)
         except DatabaseError:
             raise  # the database is away: the batch is retried, nothing acknowledged
-        except Exception:
+        except Exception as exc:
             logger.exception("ledger: entry %s of node %s could not be applied", entry_id, node_id)
-            return "malformed"
+            return set_aside(f"could not be applied: {type(exc).__name__}: {exc}")
         return "applied"
+
+    @staticmethod
+    def _refuse_finish(node_id: int, body: str, reason: str) -> None:
+        """A finish set aside fails its generation (when it is this node's running attempt),
+        saying why, rather than leaving it running until its deadline."""
+        try:  # leniently: only which generation it names (NaN elsewhere is fine here)
+            report = json.loads(body)
+            if not isinstance(report, dict) or report.get("kind") != "finish":
+                return
+            gen, attempt = str(uuid.UUID(str(report["gen"]))), int(report["attempt"])
+        except (ValueError, KeyError, TypeError, OverflowError):
+            return
+        try:
+            with transaction.atomic():
+                services.generation_refuse_finish(
+                    node_id=node_id,
+                    generation_id=gen,
+                    attempt=attempt,
+                    error=f"the verifier's finish was refused by the ledger: {reason}",
+                )
+        except (DataError, IntegrityError, ValueError) as exc:
+            logger.warning("ledger: could not fail generation %s: %s", gen, exc)
 
     # -- leadership and the loop ---------------------------------------------------------------
     def lead(self, stop: threading.Event) -> bool:
@@ -217,6 +268,19 @@ def _first_token(node_id: int, report: dict, replies) -> None:
 
 
 def _finish(node_id: int, report: dict, replies) -> None:
+    params = (
+        Generation.objects.filter(
+            pk=str(report["gen"]),
+            state=GenerationState.RUNNING,
+            attempts=int(report["attempt"]),
+            verifier_id=node_id,
+        )
+        .values_list("params", flat=True)
+        .first()
+    )
+    if params is None:  # not this node's running attempt (ended, moved, or a replay)
+        return
+    report_checks.check_finish(report, params=params if isinstance(params, dict) else {})
     services.generation_finish(
         node_id=node_id,
         generation_id=str(report["gen"]),

@@ -27,6 +27,11 @@ not), and they fence keys, not meaning: a node may still write its own keys with
 them. Signing works on any Redis and makes the check where the database is written.
 
 Every report is idempotent by (generation, attempt): applying one twice changes nothing.
+
+A well-signed body is parsed strictly (`parse`): `NaN`, `Infinity` and numbers that overflow
+to them (`1e999`) are refused here, where the message is read, as are reports of the wrong
+shape (`inference.report_checks`); the ledger sets such an entry aside (its dead-letter
+stream) instead of retrying it.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import math
 from typing import Any
 
 STREAM = "tandem:ledger"
@@ -70,15 +76,49 @@ def decode(fields: Any) -> tuple[int, str, str]:
     return int(node), _text(fields, "body"), _text(fields, "sig")
 
 
+class BadReport(ValueError):
+    """A report that can never be stored as sent (a data error, not a bad day): the ledger
+    sets it aside with this reason instead of retrying it."""
+
+
+def _no_constant(name: str):
+    raise BadReport(f"non-finite number {name} in the report")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise BadReport(f"number {text[:40]} overflows to infinity")
+    return value
+
+
+def loads(text: str | bytes) -> Any:
+    """`json.loads` that refuses NaN, Infinity and numbers beyond a float's range (BadReport,
+    or ValueError for text that is not JSON)."""
+    return json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+
+
+def parse(body: str) -> dict:
+    """The report in a body, strictly: JSON without non-finite numbers, a known kind, the
+    fields its kind needs, of sane types and lengths. Raises BadReport."""
+    from inference.report_checks import check_shape
+
+    try:
+        report = loads(body)
+    except BadReport:
+        raise
+    except ValueError as exc:
+        raise BadReport(f"the body is not JSON: {exc}") from exc
+    if not isinstance(report, dict) or report.get("kind") not in KINDS:
+        raise BadReport("the body is not a report (an object with a known kind)")
+    check_shape(report)
+    return report
+
+
 def verified(node_id: int, body: str, signature: str, keys: list[str]) -> dict | None:
     """The report if `signature` is the node's under one of `keys` (a node may hold several
-    tokens) and the body is a report; None otherwise."""
+    tokens); None when it is not. A well-signed body that is not a storable report raises
+    BadReport (the node sent it: it is set aside with the reason, not silently refused)."""
     if not any(hmac.compare_digest(sign(node_id, body, k), signature) for k in keys):
         return None
-    try:
-        report = json.loads(body)
-    except ValueError:
-        return None
-    if not isinstance(report, dict) or report.get("kind") not in KINDS:
-        return None
-    return report
+    return parse(body)

@@ -101,15 +101,32 @@ def _completion_tokens(generation_id) -> int:
         return 0
 
 
+def _streamed(generation_id) -> tuple[list[int], str]:
+    """The tokens and text streamed to the client so far (all attempts); best effort."""
+    try:
+        events = wire.read_all(generation_id)
+        tokens = [t for _, e in events if e.get("type") == "tokens" for t in e.get("tokens", [])]
+        return tokens, wire.collect_text(events)
+    except Exception:  # the stream is best effort here; the row is the record
+        return [], ""
+
+
 def _end(generation: Generation, *, state: str, finish_reason: str, error: str = "") -> None:
     """Terminal move of a locked, active row; after commit, both nodes free the sequence
-    and the stream gets its terminal event (so a follower ends even if a worker is gone)."""
+    and the stream gets its terminal event (so a follower ends even if a worker is gone).
+    A failed or cancelled row keeps what was streamed before it ended (its usage)."""
     generation.check_transition(state)
     generation.state = state
     generation.finish_reason = finish_reason
-    generation.error = error
+    generation.error = db_text(error)
     generation.finished_at = timezone.now()
-    generation.save(update_fields=["state", "finish_reason", "error", "finished_at"])
+    fields = ["state", "finish_reason", "error", "finished_at"]
+    if not generation.output_tokens:
+        tokens, text = _streamed(generation.pk)
+        if tokens:
+            generation.output_tokens, generation.output_text = tokens, db_text(text)
+            fields += ["output_tokens", "output_text"]
+    generation.save(update_fields=fields)
     gid, prompt_n = generation.pk, len(generation.prompt_tokens)
     node_ids = [n for n in (generation.drafter_id, generation.verifier_id) if n]
 
@@ -221,6 +238,25 @@ def generation_finish(
             finished_at=timezone.now(),
         )
     )
+
+
+def generation_refuse_finish(*, node_id: int, generation_id, attempt: int, error: str) -> bool:
+    """The ledger set this verifier's finish aside (bad data): its running attempt fails
+    with `error`, keeping what was streamed. Nothing when it is not that node's attempt."""
+    generation = (
+        Generation.objects.select_for_update()
+        .filter(
+            pk=generation_id,
+            state=GenerationState.RUNNING,
+            attempts=attempt,
+            verifier_id=node_id,
+        )
+        .first()
+    )
+    if generation is None:
+        return False
+    _end(generation, state=GenerationState.FAILED, finish_reason="error", error=error)
+    return True
 
 
 # --- control worker: deadlines and lost nodes -------------------------------------------------

@@ -33,7 +33,15 @@ def home(request):
     if context["can_view"]:  # the live overview (telemetry): viewers and up
         context["live"] = snapshot.read_fleet()
         context["warming"] = _warming()
+        context["dead_letters"] = _dead_letters()
     return render(request, "console/home.html", context)
+
+
+def _dead_letters() -> dict | None:
+    """The ledger's dead letters (count, the last few), for the notice on this page."""
+    from inference.dead_letters import summary
+
+    return summary()
 
 
 def _warming() -> list:

@@ -11,7 +11,8 @@ So, per node:
   `ts`). The window bounds what a restarted aggregator, which remembers no `ts`, can be fed
   again: samples of the last MAX_AGE_S, once each;
 - `impossible`: a counter exceeds what the node's hardware profile can do in the sample's
-  interval (see `Limits`), or its power exceeds POWER_SLACK x the profile's TDP.
+  interval (see `Limits`: the profile's FLOPs, capped at MAX_NODE_TOKENS_PER_S for any
+  profile, figures or none), or its power exceeds POWER_SLACK x the profile's TDP.
 
 The bounds are generous on purpose (profiles are estimates, and a wrongly dropped sample
 hides real work): they stop absurd figures, such as 1e15 drafts in a second, not optimism.
@@ -31,6 +32,12 @@ MIN_PARAMS = 1e5  # no model that verifies or drafts is smaller (the demo pair i
 FLOPS_SLACK = 2.0  # a profile's peak may understate the device (it is an estimate)
 POWER_SLACK = 4.0  # measured power of a host can exceed the profile's TDP (a whole server)
 UNKNOWN_PEAK_TFLOPS = 125_000.0  # a profile without a figure: the largest single system
+# Tokens a second through ONE node, whatever its profile says: a 135M-parameter model at a
+# batch of 4096 on the fastest single accelerator sold today does a few million; ten million
+# is above any device and model Tandem serves. It makes the FLOPs bound (which assumes the
+# smallest model there is, MIN_PARAMS) mean something on a big GPU, and bounds a profile
+# without figures: a 1-second sample of 2.6e9 tokens is refused on either.
+MAX_NODE_TOKENS_PER_S = 1e7
 
 REASONS = ("bad_signature", "malformed", "unknown_node", "replay", "stale", "future", "impossible")
 
@@ -59,7 +66,8 @@ class Limits:
         tokens = peak * 1e12 * FLOPS_SLACK / (2 * MIN_PARAMS)
         steps = 1.0 / MIN_STEP_S
         return cls(
-            tokens_per_s=min(tokens, steps * MAX_BATCH * 33),  # 33: k <= 32 drafts + 1 bonus
+            # 33: k <= 32 drafts + 1 bonus a sequence a step
+            tokens_per_s=min(tokens, steps * MAX_BATCH * 33, MAX_NODE_TOKENS_PER_S),
             steps_per_s=steps,
             power_w=POWER_SLACK * tdp_w if tdp_w > 0 else None,
         )

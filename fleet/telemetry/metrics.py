@@ -52,6 +52,7 @@ from fleet.telemetry import admission
 from fleet.telemetry.ingest import client
 from fleet.telemetry.samples import LATENCY_BUCKETS
 from fleet.telemetry.snapshot import LIVE_KEY
+from inference.dead_letters import LedgerCollector
 
 LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
 P = "tandem:"
@@ -379,6 +380,7 @@ def render_metrics(snapshot: dict[str, dict] | None = None, *, per_node: bool = 
         snapshot if snapshot is not None else read_snapshot(), per_node=per_node
     )
     registry.register(collector)
+    registry.register(LedgerCollector())  # the ledger's outcomes and dead letters
     return generate_latest(registry)
 
 

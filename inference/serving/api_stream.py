@@ -15,6 +15,7 @@ from asgiref.sync import sync_to_async
 from django.db import connection
 from django.http import JsonResponse, StreamingHttpResponse
 
+from fleet import redis_clients
 from fleet.accounts.access import can
 from fleet.accounts.principal import Refused, principal_for
 from fleet.raw_models import raw_instances
@@ -53,6 +54,26 @@ def _stream_refusal(request, generation_id) -> JsonResponse | None:
     return None
 
 
+def _id_key(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _ended_by(generation_id, last_id: str) -> bool:
+    """Whether the stream's terminal event is at or before `last_id`: a client resuming
+    after the end (or past it) has nothing left to wait for. Sync (one XREVRANGE)."""
+    if last_id in ("0", "0-0"):
+        return False
+    last: list = redis_clients.client().xrevrange(wire.stream_key(generation_id), count=1)  # type: ignore[assignment]
+    if not last:
+        return False
+    entry_id, fields = last[0]
+    event = wire.decode_event(fields)
+    return event.get("type") in wire.TERMINAL_TYPES and _id_key(
+        wire.decode_id(entry_id)
+    ) <= _id_key(last_id)
+
+
 def _owner_of(generation_id) -> Generation | None:
     """The generation with only its id and owner (all a stream's checks need): raw SQL, on
     the path of every stream."""
@@ -88,7 +109,13 @@ async def generation_stream(request, generation_id):
             status=400,
         )
 
+    ended = await sync_to_async(_ended_by, thread_sensitive=lane is None, executor=lane)(
+        generation_id, last_id
+    )
+
     async def events():
+        if ended:  # resumed at or past the end of a finished stream: it ends now
+            return
         try:  # every event that arrived together in one chunk: one write per round
             async for batch in sse.follow_batches(
                 generation_id, last_id=last_id, idle_timeout_s=STREAM_IDLE_TIMEOUT_S

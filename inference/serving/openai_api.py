@@ -182,7 +182,10 @@ def _json_body(request: HttpRequest) -> dict:
         raise OpenAIError(400, exc.message, param=exc.path or None) from exc
     if not isinstance(body, dict):
         raise OpenAIError(400, "The request body must be a JSON object.")
-    return body
+    # `null` means absent, for every optional parameter (clients send their defaults as
+    # null: `"max_completion_tokens": null` must not hide `max_tokens`); a required one left
+    # null is refused as missing.
+    return {name: value for name, value in body.items() if value is not None}
 
 
 # --- models -----------------------------------------------------------------------------------

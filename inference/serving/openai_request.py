@@ -87,7 +87,8 @@ def common_options(body: dict, *, chat: bool = False) -> Options:
         raise OpenAIError(
             400, "'stream_options' is only allowed when 'stream' is true.", param="stream_options"
         )
-    include_usage = stream_options.get("include_usage", False)
+    include_usage = stream_options.get("include_usage")
+    include_usage = False if include_usage is None else include_usage  # null: absent
     if not isinstance(include_usage, bool):
         raise OpenAIError(
             400, "'stream_options.include_usage' must be a boolean.", param="stream_options"

@@ -44,3 +44,23 @@ def test_a_stream_that_fails_after_its_headers_ends_with_an_error_event(world, a
     blocks = [b for b in b"".join(response).decode().split("\n\n") if b]
     assert blocks[-1].splitlines()[0] == "event: error"
     assert json.loads(blocks[-1].splitlines()[1][6:])["type"] == "error"
+
+
+@pytest.mark.timeout(20)  # before: held 120 s
+@pytest.mark.parametrize("where", ["at_the_end", "past_the_end"])
+def test_a_last_event_id_at_or_past_the_end_of_a_finished_stream_ends_at_once(
+    world, as_persona, where
+):
+    """Before: the follower waited for events after it, 120 s, for a stream that was over."""
+    import time
+
+    gid = world["generation"].id
+    wire.publish(gid, wire.tokens_event([104], "h", 1))
+    done = wire.publish(gid, wire.done_event("stop", 2, 1))
+    ms, seq = (int(x) for x in done.split("-"))
+    last_id = done if where == "at_the_end" else f"{ms + 5000}-{seq}"
+    started = time.monotonic()
+    response = as_persona("admin").get(url(world), HTTP_LAST_EVENT_ID=last_id)
+    assert response.status_code == 200
+    assert b"".join(response) == b""
+    assert time.monotonic() - started < 5

@@ -151,3 +151,23 @@ def test_a_sample_cannot_claim_more_time_than_has_passed(verifier):
     publish_sample(v.id, f.verify_sample(ts=now), token=token)  # 2 s later: 1 s claimed
     _drain(agg, "0-0", now=now)
     assert agg.samples_ok == 2 and dict(agg.dropped) == {"impossible": 3}
+
+
+def test_a_big_gpu_or_a_profile_without_figures_cannot_report_billions_of_tokens(verifier):
+    """One 1-second sample of 2.6e9 tokens: the FLOPs bound of a ~1 PFLOPS GPU (which
+    assumes the smallest model) allowed it, and so did a profile without figures; the
+    per-node cap refuses it on both, while a busy honest second on the GPU is taken."""
+    v, token = verifier
+    gpu = f.profile("big-gpu")
+    type(gpu).objects.filter(pk=gpu.pk).update(peak_bf16_tflops=989, tdp_w=700)
+    type(v).objects.filter(pk=v.pk).update(profile=gpu)
+    now = time.time()
+    agg = Aggregator(clock=lambda: now)
+    agg.set_registry(load_registry())
+    publish_sample(v.id, f.verify_sample(ts=now - 3, generation_tokens=200_000), token=token)
+    publish_sample(v.id, f.verify_sample(ts=now - 2, generation_tokens=2_600_000_000), token=token)
+    type(gpu).objects.filter(pk=gpu.pk).update(peak_bf16_tflops=0)  # no figures
+    agg.set_registry(load_registry())
+    publish_sample(v.id, f.verify_sample(ts=now - 1, generation_tokens=2_600_000_000), token=token)
+    _drain(agg, "0-0", now=now)
+    assert agg.samples_ok == 1 and dict(agg.dropped) == {"impossible": 2}
