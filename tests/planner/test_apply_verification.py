@@ -185,3 +185,27 @@ def test_an_old_bad_profile_row_cannot_500_the_planner(pipeline, viewer, operato
     ):
         r = getattr(api, method)(url, body, format="json") if body else api.get(url)
         assert r.status_code < 500, (url, r.status_code)
+
+
+def test_an_operators_k_change_is_verified_and_rolled_back_too(
+    pipeline, operator, django_capture_on_commit_callbacks
+):
+    """Apply k = 0 at high acceptance through the API: measured, found losing, rolled back."""
+    now = timezone.now()
+    seed_goodput(pipeline, start=now - timedelta(seconds=60), seconds=60, tokens_per_s=800.0)
+    api = APIClient()
+    api.force_authenticate(operator)
+    with django_capture_on_commit_callbacks(execute=True):
+        r = api.post(
+            f"/api/v1/pipelines/{pipeline.pk}/k-policy",
+            {"k_policy": {"mode": "fixed", "k": 0}},
+            format="json",
+        )
+    assert r.status_code == 200, r.content
+    check = ApplyCheck.objects.get()
+    assert check.previous == {"k_policy": {"mode": "fixed", "k": 4}}
+    seed_goodput(pipeline, start=check.applied_at, seconds=20, tokens_per_s=300.0)
+    verification.run_checks(now=check.applied_at + timedelta(seconds=21))
+    pipeline.refresh_from_db()
+    assert pipeline.k_policy == {"mode": "fixed", "k": 4}
+    assert AuditEvent.objects.filter(reason__startswith="automatic rollback").count() == 1
