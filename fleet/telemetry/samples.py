@@ -226,7 +226,9 @@ def normalize(sample: dict) -> dict:
         if steps > 0:
             clean_hist[str(size_i)] = steps
     out["verify_batch_hist"] = clean_hist
-    out["k_hist"] = _k_hist(sample.get("k_hist") or {})
+    k_hist = _k_hist(sample.get("k_hist") or {})
+    if k_hist:  # drafters only: absent otherwise (the canonical fast path knows no k_hist)
+        out["k_hist"] = k_hist
     for name in ("ttft", "itl"):
         if f"{name}_s" in sample:
             raw = sample[f"{name}_s"]

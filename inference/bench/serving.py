@@ -48,7 +48,7 @@ def _proc_cpu_s(pid: int) -> float:
 # --- the outer process: a private data dir + Redis, then the bench itself in a child ---------
 
 
-def run(argv: list[str], *, models: Path, log=print) -> int:
+def run(argv: list[str], *, models: Path, log=print, command: str = "bench_serving") -> int:
     from fleet.embedded_redis import EmbeddedRedis
 
     with tempfile.TemporaryDirectory(prefix="tandem-bench-") as tmp:
@@ -69,7 +69,7 @@ def run(argv: list[str], *, models: Path, log=print) -> int:
                 [
                     sys.executable,
                     str(ROOT / "manage.py"),
-                    "bench_serving",
+                    command,
                     *argv,
                     "--models",
                     str(models),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 
 from fleet.planner.adaptive import AdaptiveK
 from inference.worker import cost_sweep
@@ -32,6 +32,7 @@ class DraftLoop(BaseLoop):
         self.shadow: dict[str, int] = {}  # gen -> the token drafted in the shadow (k = 0)
         self.sent_to: dict[int, float] = {}  # verifier -> when this round's drafts left
         self.rounds = 0
+        self.k_trace: deque[tuple[float, int, int]] = deque(maxlen=256)  # (time, batch, k)
 
     def prepare(self) -> None:
         t0 = time.perf_counter()
@@ -176,6 +177,7 @@ class DraftLoop(BaseLoop):
         t1 = time.perf_counter()
         self.stats.record_round(len(batch), t1 - t0, sum(len(d["tokens"]) for d in drafts))
         self.stats.record_k(len(batch), k)
+        self.k_trace.append((round(time.time(), 3), len(batch), k))
         if k > 0:
             self.adaptive.draft_costs.observe(len(batch), k, t1 - t0)
         out = defaultdict(list)
@@ -225,4 +227,5 @@ class DraftLoop(BaseLoop):
     def inspect(self) -> dict:
         out = super().inspect()
         out["adaptive"] = self.adaptive.snapshot()
+        out["k_trace"] = list(self.k_trace)
         return out

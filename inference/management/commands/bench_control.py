@@ -1,0 +1,49 @@
+"""`manage.py bench_control [--quick] [--json FILE]`: adaptive k against every fixed k, the
+planner's predictions against measured runs, and the time to roll back a bad apply, through
+the real workers (logic in inference.bench.control)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from fleet.env import env_bool
+
+
+class Command(BaseCommand):
+    help = "Benchmark speculation control through the real workers (demo pair)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--json", default=None, help="also write the figures to FILE")
+        parser.add_argument("--quick", action="store_true", help="k in 0,1,2,4,8; fewer requests")
+        parser.add_argument("--models", default=None, help="directory with the demo pair")
+
+    def handle(self, *args, **o):
+        from inference.bench import control, serving
+
+        models = Path(o["models"] or Path(settings.DATA_DIR) / "models").resolve()
+        if not (models / "demo-target" / "model.safetensors").exists():
+            raise CommandError(
+                f"no demo pair in {models}: train it with `manage.py train_demo_pair` "
+                "(or pass --models DIR holding demo-target and demo-draft)"
+            )
+        if not env_bool("TANDEM_BENCH_CHILD", False):
+            argv = ["--quick"] if o["quick"] else []
+            if o["json"]:
+                argv += ["--json", str(Path(o["json"]).resolve())]
+            raise SystemExit(
+                serving.run(argv, models=models, log=self.stdout.write, command="bench_control")
+            )
+        report = control.bench(models=models, quick=o["quick"], log=self.stdout.write)
+        self.stdout.write(
+            "adaptive / best fixed k (min) {adaptive_vs_best_fixed_min} (target >= 0.95); "
+            "adaptive / plain (min) {adaptive_vs_plain_min} (target >= 1.0); "
+            "adapt_rounds {adapt_rounds} (target <= 20); "
+            "planner_apply_error_max_pct {planner_apply_error_max_pct} (target <= 15); "
+            "bad_apply_rollback_s {bad_apply_rollback_s} (target <= 60)".format(**report)
+        )
+        control.main_json(report, o["json"])
+        if o["json"]:
+            self.stdout.write(f"wrote {o['json']}")
