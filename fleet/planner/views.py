@@ -122,6 +122,7 @@ def recommendations(request, pk: int):
             "preview": preview,
             "can_operate": can(request.user, "operate"),
             "rec_json": json.dumps(rec, indent=1, default=str),
+            "checks": list(pipeline.apply_checks.all()[:10]),
         },
     )
 

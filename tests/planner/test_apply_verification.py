@@ -82,9 +82,12 @@ def test_apply_is_verified_and_rolled_back_when_it_loses(pipeline, operator):
         out and check.predicted_goodput_tps
     )
     # the markers on the pipeline's charts carry the verdict
+    assert AuditEvent.objects.filter(pipeline=p).count() == 3  # apply, rollback, verified
     c = Client()
     c.force_login(operator)
-    assert AuditEvent.objects.filter(pipeline=p).count() == 3  # apply, rollback, verified
+    html = c.get(f"/planner/pipelines/{p.pk}/").content.decode()
+    table = html.split('id="apply-checks"')[1].split("</table>")[0]
+    assert "Rolled Back" in table and "500.0" in table and "1000.0" in table
 
 
 def test_apply_that_holds_is_kept_with_predicted_vs_measured(pipeline, operator):
