@@ -390,3 +390,48 @@ def test_a_claim_confirmed_during_the_prefill_streams_before_the_round(tmp_path,
     )
     loop.step()
     assert order[:2] == ["tokens", "verify"], order
+
+
+def test_adaptive_k_through_the_real_loops_is_exact_and_measured(
+    transactional_db, tmp_path, wired
+):
+    """An adaptive pipeline on the real engines: the drafter's start-up sweep, the verifier's
+    cost table and round times (riding on its results) and the acceptance of each round all
+    reach the drafter's choice, the k it chose is traced round by round, and the output is
+    the plain engine's token for token."""
+    target, draft = write_pair(tmp_path)
+    pipeline, nodes = make_pipeline(
+        "adaptive",
+        target,
+        draft,
+        kind="model",
+        max_batch_wait_ms=5,
+        k_policy={"mode": "adaptive", "k_min": 0, "k_max": 6, "k": 3},
+    )
+    _run(pipeline, nodes, wired, "model")
+    ps = prompts(4, seed=21)
+    gens = [
+        services.generation_submit(
+            pipeline=pipeline,
+            prompt="",
+            prompt_tokens=p,
+            params={"temperature": 0, "max_tokens": 24},
+            user=None,
+        )
+        for p in ps
+    ]
+    streamed = wait_done([g.pk for g in gens], timeout=120)
+    tm, tok = load_checkpoint(target)
+    want = SpeculativeGenerator(VerifyEngine(tm, tok, n_slots=4)).generate(
+        ps, SamplingParams(temperature=0, max_tokens=24)
+    )
+    assert [tokens_of(streamed[str(g.pk)]) for g in gens] == [o.token_ids for o in want]
+    drafter = next(wired[n.pk] for n, r, _ in nodes if r == "draft")
+    verifier = next(wired[n.pk] for n, r, _ in nodes if r == "verify")
+    snap = drafter.inspect()["adaptive"]
+    assert snap["sweep_s"] is not None and snap["draft_costs"]
+    assert snap["verify_costs"], "the verifier's cost table never reached the drafter"
+    assert snap["hop_ms"] is not None and snap["acceptance"]["rounds"] > 0
+    assert verifier.inspect()["step_costs"] and verifier.sweep_s is not None
+    trace = drafter.inspect()["k_trace"]
+    assert trace and all(0 <= k <= 6 for _t, _b, k in trace)
