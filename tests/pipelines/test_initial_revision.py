@@ -30,6 +30,8 @@ def test_a_local_pipeline_starts_with_revision_1(tmp_path, settings):
     _made_like_the_api(pipeline)
     assert AuditEvent.objects.filter(pipeline=pipeline, action="create").count() == 1
     assert pipeline.placements.count() == 2
+    # the default pipelines ship in adaptive mode (fixed k = 4 lost to plain decoding)
+    assert pipeline.k_policy == {"mode": "adaptive", "k_min": 0, "k_max": 8, "k": 4}
 
 
 def test_simulated_pipelines_start_with_revision_1():
