@@ -54,3 +54,16 @@ def test_one_operating_point_predicts_k0_within_15_percent():
         predicted = predict(planned, k=k_other, batch=batch).goodput_tps
         assert abs(predicted - real) / real <= 0.15, (k_other, predicted, real)
     assert measurements.sources_label(planned)["verify_step"] == "calibrated roofline"
+
+
+def test_simulated_verify_of_k_plus_1_costs_about_one_plain_step_on_a_gpu():
+    """The simulator's step times are physics from the profile (bytes over bandwidth, FLOPs
+    over peak, a launch floor): on a memory-bound H100, verifying 5 tokens per sequence at
+    batch 8 costs about one plain step; on the CPU profile, compute shows sooner."""
+    p = make_pipeline(name="physics")
+    place(p, online_node(name="h100-v"), "verify")
+    place(p, online_node(name="corsair-d", profile="d-matrix-corsair", roles=("draft",)), "draft")
+    m = measurements.pipeline_model(p, measured_inputs={"alpha": 0.7})
+    plain, verify5 = m.t_verify(8, 8), m.t_verify(8, 8 * 5)
+    assert verify5 / plain <= 1.15
+    assert m.t_verify(256, 256 * 9) / m.t_verify(256, 256) > 2  # compute-bound at large batch
