@@ -21,7 +21,7 @@ class Curve:
         return self.a + self.x * max(n, 0.0) + self.y * max(batch, 0.0)
 
 
-def fit_linear(points: Iterable[tuple[float, float]], *, source: str = "measured") -> Curve:
+def fit_linear(points: Iterable[tuple[float, ...]], *, source: str = "measured") -> Curve:
     """Least-squares fit of t = a + x*n to (n, t) points; a and x clamped at >= 0.
     Optionally weighted: points given as (n, t, weight)."""
     pts = [(float(p[0]), float(p[1]), float(p[2]) if len(p) > 2 else 1.0) for p in points]

@@ -222,7 +222,7 @@ class PipelineModel:
     )
     draft_curve: Curve | None = None  # t(batch)
     n_verifiers: int = 1
-    n_drafters: int = 1
+    n_drafters: float = 1  # fractional in one drafter's view (fleet.planner.adaptive)
     hop_s: float = 0.0  # network/broker time per round (both directions)
     prompt_tokens: int = 256
     drafter_kind: str = "model"  # model | ngram | none
@@ -273,12 +273,12 @@ class PipelineModel:
             raise ValueError("no draft curve and no drafter hardware/draft model")
         return roofline_step_s(self.drafter, self.draft, batch=batch, tokens=batch)
 
-    def draft_round_s(self, batch: float, k: int) -> float:
+    def draft_round_s(self, batch: float, k: float) -> float:
         """Drafting k tokens for each of `batch` sequences (k draft steps)."""
         if k <= 0:
             return 0.0
         if self.draft_costs is not None and self.drafter_kind != "none":
-            t = self.draft_costs.estimate(batch, k)
+            t = self.draft_costs.estimate(batch, round(k))
             if t is not None:
                 return t
         return k * self.t_draft(batch)

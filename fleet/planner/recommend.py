@@ -116,10 +116,10 @@ def best_split(
         mv = m.with_(n_verifiers=v, n_drafters=d)
         p = best_k_at(mv, batch, k_max=k_max, itl_slo_ms=itl_slo_ms, ttft_slo_ms=ttft_slo_ms)
         within = power_budget_w is None or p.power_w <= power_budget_w
-        splits.append(Split(v, d, p, within))
+        splits.append(Split(v, int(d), p, within))
     if not splits:
         p = best_k_at(m, batch, k_max=k_max)
-        current = Split(V, D, p, power_budget_w is None or p.power_w <= power_budget_w)
+        current = Split(V, int(D), p, power_budget_w is None or p.power_w <= power_budget_w)
         return current, [current]
     ok = [s for s in splits if s.within_budget] or splits
     best = max(ok, key=lambda s: (round(s.prediction.goodput_tps, 9), -abs(s.n_verifiers - V)))

@@ -61,6 +61,8 @@ class Recommendation(TypedDict):
     # measured at the k the pipeline ran lately (measurements.measured_row), with the
     # prediction at that same k and batch and its error; None when nothing ran lately
     measured: dict[str, Any] | None
+    uncertainty_pct: float  # how far off the prediction may be (model error + unmeasured)
+    min_gain_pct: float  # a change predicted to gain less is not recommended
 
 
 class Preview(TypedDict):
@@ -138,12 +140,12 @@ def recommendation(*, pipeline: Pipeline) -> Recommendation | Unavailable:
     try:
         return _recommendation(pipeline)
     except ValueError as exc:  # UnusableProfile, or a model with nothing to time a step by
-        return {
-            "pipeline": pipeline.pk,
-            "available": False,
-            "modeled": True,
-            "reason": f"cannot model this pipeline: {exc}",
-        }
+        return Unavailable(
+            pipeline=pipeline.pk,
+            available=False,
+            modeled=True,
+            reason=f"cannot model this pipeline: {exc}",
+        )
 
 
 def _recommendation(pipeline: Pipeline) -> Recommendation | Unavailable:

@@ -32,6 +32,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from .serving import NO_DATABASE, Stack, _free_port, _prompts, _setup, _wait, _wait_rows
 from .serving_clients import drive
@@ -101,7 +102,7 @@ def bench(*, models: Path, quick: bool, log=print) -> dict:
     base = f"http://127.0.0.1:{port}"
     stack = Stack(log)
     threads = str(max(1, (os.cpu_count() or 2) // 2))
-    report: dict = {"config": {"ks": ks, "requests": requests, "max_tokens": max_tokens}}
+    report: dict[str, Any] = {"config": {"ks": ks, "requests": requests, "max_tokens": max_tokens}}
     try:
         stack.spawn(
             "web",
@@ -131,7 +132,9 @@ def bench(*, models: Path, quick: bool, log=print) -> dict:
         _wait(online, 180, "the workers to come online", stack)
         drive(base=base, key=key, prompts_per_client=[[_prompts()[0]]], max_tokens=8)
         sweep = {
-            r: node_inspect(nodes[r][0].pk).get("sweep_s" if r == "verify" else "adaptive", None)
+            r: (node_inspect(nodes[r][0].pk) or {}).get(
+                "sweep_s" if r == "verify" else "adaptive", None
+            )
             for r in nodes
         }
         report["sweep_s"] = {
@@ -140,10 +143,12 @@ def bench(*, models: Path, quick: bool, log=print) -> dict:
         }
         phases = {"high": _prompts(), "low": _low_prompts()}
         rng = random.Random(0)
-        cells, adapt_rounds = {}, []
+        cells: dict[tuple[int, str], dict[str, Any]] = {}
+        adapt_rounds: list[int] = []
         for n in (1, 8):
             for phase, corpus in phases.items():
-                fixed, accept = {}, []
+                fixed: dict[int, float] = {}
+                accept: list[float] = []
                 for k in ks:
                     _set_policy(pipeline, {"mode": "fixed", "k": k})
                     res = _run(base, key, corpus, n, requests, max_tokens, rng)
@@ -163,7 +168,7 @@ def bench(*, models: Path, quick: bool, log=print) -> dict:
                 res = _run(base, key, phases[phase], n, requests * 2, max_tokens, rng)
                 cells[(n, phase)]["adaptive"] = res["tokens_per_s"]
                 time.sleep(1.2)
-                trace = node_inspect(nodes["draft"][0].pk).get("k_trace") or []
+                trace = (node_inspect(nodes["draft"][0].pk) or {}).get("k_trace") or []
                 settled = settle_rounds(trace, switch_at)
                 ks_used = [k for t, _b, k in trace if t >= switch_at]
                 cells[(n, phase)]["adaptive_k_final"] = ks_used[-1] if ks_used else None
@@ -180,7 +185,7 @@ def bench(*, models: Path, quick: bool, log=print) -> dict:
             vs_plain.append(c["adaptive"] / c["fixed"][0])
             report[f"n{n}_{phase}"] = {
                 "fixed_tokens_per_s": {str(k): round(v, 1) for k, v in c["fixed"].items()},
-                "best_fixed_k": max(c["fixed"], key=c["fixed"].get),
+                "best_fixed_k": max(c["fixed"], key=lambda k: c["fixed"][k]),
                 "adaptive_tokens_per_s": round(c["adaptive"], 1),
                 "adaptive_k_final": c["adaptive_k_final"],
                 "adaptive_vs_best_fixed": round(c["adaptive"] / best, 3),
@@ -211,7 +216,7 @@ def _planner_errors(nodes, cells, pipeline, log) -> dict:
     from fleet.planner.model import Hardware, PipelineModel, predict
     from inference.selectors import node_inspect
 
-    draft, verify = (node_inspect(nodes[r][0].pk) for r in ("draft", "verify"))
+    draft, verify = ((node_inspect(nodes[r][0].pk) or {}) for r in ("draft", "verify"))
     snap = draft.get("adaptive") or {}
     a = AdaptiveK()
     a.draft_costs = StepCosts.from_json(snap.get("draft_costs"))
@@ -224,13 +229,15 @@ def _planner_errors(nodes, cells, pipeline, log) -> dict:
         target=measurements.model_spec(pipeline.target_model, default_params=1e8),
         draft=measurements.model_spec(pipeline.draft_model, default_params=1e7),
     )
-    errors, sim_cpu, out = [], [], {}
+    errors: list[float] = []
+    sim_cpu: list[float] = []
+    out: dict[str, Any] = {}
     for (n, phase), c in cells.items():
         per_pos = tuple(c["per_position"])
         m, _vb = a.model(n)
         m = m.with_(per_position=per_pos, alpha=None if per_pos else 0.5)
         preds = {k: predict(m, k=k, batch=n).goodput_tps for k in c["fixed"]}
-        best = max(preds, key=preds.get)
+        best = max(preds, key=lambda k: preds[k])
         scale = c["fixed"][0] / preds[0] if preds[0] else 1.0
         err = abs(preds[best] * scale - c["fixed"][best]) / c["fixed"][best] * 100
         errors.append(err)
@@ -241,7 +248,7 @@ def _planner_errors(nodes, cells, pipeline, log) -> dict:
         sim_cpu.append(sim_err)
         out[f"planner_real_n{n}_{phase}"] = {
             "recommended_k": best,
-            "measured_best_k": max(c["fixed"], key=c["fixed"].get),
+            "measured_best_k": max(c["fixed"], key=lambda k: c["fixed"][k]),
             "error_pct": round(err, 1),
             "per_position": [round(p, 3) for p in per_pos],
         }

@@ -7,6 +7,7 @@ retried. Over the real Redis stream and the real (SQLite) database."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from django.db import IntegrityError, OperationalError
@@ -34,7 +35,7 @@ def _claimed(pipeline, node, key, **fields) -> Generation:
 
 
 def _letters() -> list[dict]:
-    entries = redis_clients.client().xrange(dead_letters.stream())
+    entries: Any = redis_clients.client().xrange(dead_letters.stream())
     return [{k.decode(): v.decode() for k, v in fields.items()} for _, fields in entries]
 
 
@@ -151,13 +152,10 @@ def test_a_replayed_batch_writes_no_dead_letter_twice(db, own_stream):
     consumer = ledger.Ledger(client=redis_clients.client())
     consumer.ensure_group()
     consumer.backlog = False
-    entries = [
-        e
-        for _, es in consumer.r.xreadgroup(
-            ledger.GROUP, ledger.CONSUMER, {node_reports.STREAM: ">"}, count=10
-        )
-        for e in es
-    ]
+    read: Any = consumer.r.xreadgroup(
+        ledger.GROUP, ledger.CONSUMER, {node_reports.STREAM: ">"}, count=10
+    )
+    entries = [e for _, es in read for e in es]
     consumer.apply(entries)
     consumer.apply(entries)  # crashed before XACK; read again
     assert len(_letters()) == 1

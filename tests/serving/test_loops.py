@@ -392,9 +392,7 @@ def test_a_claim_confirmed_during_the_prefill_streams_before_the_round(tmp_path,
     assert order[:2] == ["tokens", "verify"], order
 
 
-def test_adaptive_k_through_the_real_loops_is_exact_and_measured(
-    transactional_db, tmp_path, wired
-):
+def test_adaptive_k_through_the_real_loops_is_exact_and_measured(transactional_db, tmp_path, wired):
     """An adaptive pipeline on the real engines: the drafter's start-up sweep, the verifier's
     cost table and round times (riding on its results) and the acceptance of each round all
     reach the drafter's choice, the k it chose is traced round by round, and the output is
