@@ -34,9 +34,10 @@ NODE_COMMANDS = (
     "echo",
     "hello",
     "auth",
-    "client",
+    "client|setname",
+    "client|getname",
+    "client|id",
     "select",
-    "info",
     "multi",
     "exec",
     "discard",
@@ -73,7 +74,6 @@ def node_rules(node_id: int, passwords: list[str]) -> list[str]:
 
     rules = ["reset", "on" if passwords else "off", "resetkeys", "resetchannels", "-@all"]
     rules += [f"+{command}" for command in NODE_COMMANDS]
-    rules += ["-client|kill", "-client|pause", "-client|unpause", "-client|tracking"]
     rules += [f"~{pattern}" for pattern in node_key_patterns(node_id)]
     rules += [f">{p}" for p in passwords]
     return rules

@@ -20,6 +20,7 @@ from inference.engine.generator import SpeculativeGenerator
 from inference.engine.sampling import SamplingParams
 from inference.ledger import Ledger
 from inference.models import Generation
+from inference.selectors import stream_of
 from inference.worker import engine_loop
 from inference.worker.draft import DraftLoop
 from inference.worker.engine_cache import load_draft_engine, load_verify_engine
@@ -189,7 +190,7 @@ def test_verifier_claims_off_the_loop_retries_a_failed_claim_and_skips_ended_row
     verifier.flush_writes()
     ledger_settled()
     time.sleep(0.3)  # the refusal reached the verifier by now
-    assert not tokens_of([e for _, e in wire.read_all(ended.pk)])
+    assert not tokens_of([e for _, e in stream_of(ended.pk)])
     assert verifier.slots()["slots_used"] == 0 and str(ended.pk) not in verifier.seqs
 
 
@@ -335,7 +336,7 @@ def test_a_resumed_attempt_sends_the_prompts_logprobs_only(transactional_db, tmp
         pipeline=pipeline, prompt="", prompt_tokens=p, params=params, user=None
     )
     deadline = time.monotonic() + 20
-    while len(tokens_of([e for _, e in wire.read_all(g.pk)])) < 5:
+    while len(tokens_of([e for _, e in stream_of(g.pk)])) < 5:
         assert time.monotonic() < deadline
         time.sleep(0.002)
     Generation.objects.filter(pk=g.pk).update(state="queued", attempts=2)
