@@ -298,6 +298,7 @@ def node_key_patterns(node_id: int) -> list[str]:
         queue,
         f"{queue}\x06\x16*",  # kombu's priority lists of the queue
         f"_kombu.binding.{queue}",
+        f"_kombu.binding_permanent.{queue}",
         LEDGER,
         f"{TELEMETRY}:*",
     ]

@@ -52,7 +52,13 @@ NODE_COMMANDS = (
     "ltrim",
     "llen",
     "set",
+    "get",
     "del",
+    "evalsha",  # redis-py's lock (kombu's restore mutex): commands inside are checked too
+    "eval",
+    "script|load",
+    "script|exists",
+    "zrange",
     "smembers",
     "sadd",
     "hset",
