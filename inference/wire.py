@@ -165,10 +165,12 @@ def decode_id(raw) -> str:
 
 
 def publish(
-    generation_id, event: Event | dict, *, node: int, client: redis.Redis | None = None
+    generation_id, event: Event | dict, *, node: int | None, client: redis.Redis | None = None
 ) -> str:
     """Append one event to the stream of verifier `node`; a terminal event also sets the
     stream's expiry. Returns its id."""
+    if node is None:
+        raise ValueError(f"generation {generation_id} has no verifier: its stream has no owner")
     client = client or redis_clients.client()
     key = stream_key(node, generation_id)
     pipe = client.pipeline(transaction=False)
@@ -183,7 +185,7 @@ def publish(
 
 
 def publish_many(
-    items: list[tuple[Any, dict]], *, node: int, client: redis.Redis | None = None
+    items: list[tuple[Any, Any]], *, node: int, client: redis.Redis | None = None
 ) -> None:
     """Append events for many generations of verifier `node` in one round trip (a round)."""
     if not items:
@@ -230,7 +232,7 @@ def move_stream(generation_id, *, old: int | None, new: int, reason: str) -> lis
     return events
 
 
-def collect_text(events: list[tuple[str, dict]]) -> str:
+def collect_text(events: list[tuple[Any, dict]]) -> str:
     """The text of a stream's token events, concatenated (a helper for tests and benches)."""
     return "".join(e.get("text", "") for _id_, e in events if e.get("type") == "tokens")
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from fleet import redis_clients
@@ -113,7 +113,7 @@ async def _follow(
     owners, cursors = list(owners), list(cursors)
     live = {i for i, owner in enumerate(owners) if owner is not None}
     for i in set(range(len(owners))) - live:  # never started anywhere: nothing to read
-        yield [(i, None, wire.error_event("the generation has no verifier"))]
+        yield [(i, None, dict(wire.error_event("the generation has no verifier")))]
     while live:
         keys = {wire.stream_key(owners[i], generation_ids[i]): i for i in sorted(live)}
         inner = _read(
@@ -162,7 +162,7 @@ async def _read(
     *,
     idle_timeout_s: float,
     block_ms: int,
-) -> AsyncIterator[list[tuple[int | None, str | None, dict]]]:
+) -> AsyncGenerator[list[tuple[int | None, str | None, dict]]]:
     """Batches of (tag, entry id, event) of `keys` from their cursors until each one's
     terminal event: read by the loop's `stream_hub` (one XREAD for every stream followed in
     this process), or by a pump of its own when another follower of this process already
@@ -193,7 +193,7 @@ async def _read(
 
 def _triple(item: tuple) -> tuple[int | None, str | None, dict]:
     """A queue item as (tag, entry id, event); a keep-alive tick is (None, event)."""
-    return (None, None, item[-1]) if len(item) == 2 else item  # type: ignore[return-value]
+    return (None, None, item[-1]) if len(item) == 2 else item
 
 
 async def _batches(queue: asyncio.Queue, keepalive_s: float | None, *, ends: int):

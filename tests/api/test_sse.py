@@ -1,6 +1,7 @@
 """inference.serving.sse.follow: events, keep-alive ticks while silent, a timeout at the end."""
 
 import asyncio
+import functools
 import threading
 import time
 import uuid
@@ -56,7 +57,7 @@ def test_followers_share_one_read_per_round_and_a_newcomer_is_not_kept_waiting()
             items: list = [(g, wire.tokens_event([97], "a", r + 1)) for g in gids]
             if r == 3:
                 items += [(g, wire.done_event("stop", 1, 4)) for g in gids]
-            await asyncio.to_thread(lambda batch=items: wire.publish_many(batch, node=3))
+            await asyncio.to_thread(functools.partial(wire.publish_many, items, node=3))
             await asyncio.sleep(0.05)
         results = await asyncio.gather(*tasks)
         reads = hub.reads - reads0
