@@ -31,10 +31,16 @@ from tests.serving.test_workers import prompts
 
 @pytest.fixture
 def wired(monkeypatch, transactional_db):
-    """Loops by node id; wire.send delivers straight into the target loop. The ledger
-    consumer runs in a thread of its own (it applies the verifier's reports)."""
+    """Loops by node id; wire.send and wire.send_from deliver straight into the target loop
+    (a peer's message named by its sender, as `wire.receive` does). The ledger consumer runs
+    in a thread of its own (it applies the verifier's reports)."""
     loops: dict[int, engine_loop.BaseLoop] = {}
     monkeypatch.setattr(wire, "send", lambda node, kind, p: loops[node].deliver(kind, p))
+
+    def send_from(sender, node, kind, p):
+        loops[node].deliver(*wire._stamped(sender, kind, p))
+
+    monkeypatch.setattr(wire, "send_from", send_from)
     stop = threading.Event()
 
     def consume():
@@ -54,6 +60,7 @@ def wired(monkeypatch, transactional_db):
 
 def _run(pipeline, nodes, wired, kind):
     config = pipeline.config()
+    peers = [n.pk for n, _role, _token in nodes]  # as the node session names them
     for node, role, token in nodes:
         key = token_key(node.pk, token)
         if role == "verify":
@@ -63,6 +70,7 @@ def _run(pipeline, nodes, wired, kind):
                 pipeline_id=pipeline.pk,
                 config=config,
                 key=key,
+                peers=peers,
             )
         else:
             loop = DraftLoop(
@@ -71,6 +79,7 @@ def _run(pipeline, nodes, wired, kind):
                 pipeline_id=pipeline.pk,
                 config=config,
                 key=key,
+                peers=peers,
             )
         wired[node.pk] = loop
         loop.start()
@@ -202,14 +211,14 @@ def test_new_sequences_join_the_running_draft_group(transactional_db, tmp_path, 
     _run(pipeline, nodes, wired, "ngram")
     drafter_id = next(n.pk for n, r, _ in nodes if r == "draft")
     seen: list[tuple[str, dict]] = []
-    deliver = wire.send
+    deliver = wire.send_from
 
-    def send(node, kind, p):
+    def send_from(sender, node, kind, p):
         if node == drafter_id:
             seen.append((kind, p))
-        deliver(node, kind, p)
+        deliver(sender, node, kind, p)
 
-    wire.send = send  # the wired fixture's monkeypatch restores the original
+    wire.send_from = send_from  # the wired fixture's monkeypatch restores the original
     ps = prompts(6, seed=11)
     params = {"temperature": 0, "max_tokens": 60, "ignore_eos": True}
     gens = []
@@ -375,7 +384,7 @@ def test_a_claim_confirmed_during_the_prefill_streams_before_the_round(tmp_path,
     monkeypatch.setattr(loop, "report", report)
     monkeypatch.setattr(loop.engine, "verify", verifying)
     monkeypatch.setattr(
-        wire, "publish_many", lambda items: order.extend(e["type"] for _, e in items)
+        wire, "publish_many", lambda items, node: order.extend(e["type"] for _, e in items)
     )
     loop.deliver(
         "start",
