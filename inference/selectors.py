@@ -45,3 +45,14 @@ def node_inspect(node_id: int) -> dict | None:
     no worker of that node has reported. Written by the worker at each change."""
     raw = redis_clients.client().get(wire.inspect_key(node_id))
     return json.loads(raw) if raw else None
+
+
+def stream_owner(generation_id) -> int | None:
+    """The verifier the ledger names for a generation: the node its stream lives under."""
+    row = Generation.objects.filter(pk=generation_id).values_list("verifier_id").first()
+    return row[0] if row else None
+
+
+def stream_of(generation_id, *, last_id: str = "0") -> list[tuple[str, dict]]:
+    """The generation's stream events (`wire.read_all`) under the verifier the ledger names."""
+    return wire.read_all(generation_id, node=stream_owner(generation_id), last_id=last_id)

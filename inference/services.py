@@ -90,11 +90,11 @@ def generation_submit(
     return generation
 
 
-def _completion_tokens(generation_id) -> int:
+def _completion_tokens(generation_id, verifier_id: int | None) -> int:
     try:
         return sum(
             len(e.get("tokens", []))
-            for _, e in wire.read_all(generation_id)
+            for _, e in wire.read_all(generation_id, node=verifier_id)
             if e.get("type") == "tokens"
         )
     except Exception:  # the stream is best effort here; the row is the record
@@ -129,14 +129,18 @@ def _end(generation: Generation, *, state: str, finish_reason: str, error: str =
     generation.save(update_fields=fields)
     gid, prompt_n = generation.pk, len(generation.prompt_tokens)
     node_ids = [n for n in (generation.drafter_id, generation.verifier_id) if n]
+    owner = generation.verifier_id  # its stream lives under its verifier (wire)
 
     def after():
         for node_id in node_ids:
             wire.send(node_id, "cancel", {"gen": str(gid)})
+        if owner is None:
+            return
         if error:
-            wire.publish(gid, wire.error_event(error))
+            wire.publish(gid, wire.error_event(error), node=owner)
         else:
-            wire.publish(gid, wire.done_event(finish_reason, prompt_n, _completion_tokens(gid)))
+            done = wire.done_event(finish_reason, prompt_n, _completion_tokens(gid, owner))
+            wire.publish(gid, done, node=owner)
 
     transaction.on_commit(after)
 
@@ -166,11 +170,15 @@ def push_pipeline_config(pipeline: Pipeline, *, node_ids: list[int] | None = Non
     """Send the pipeline's current configuration to every placed node's worker (or to those
     of `node_ids` still placed in it); workers apply it between rounds. Call after commit.
     In-flight sequences keep going."""
-    payload = {"pipeline": pipeline.pk, "version": pipeline.version, "config": pipeline.config()}
-    placed = pipeline.placements.all()
-    if node_ids is not None:
-        placed = placed.filter(node_id__in=node_ids)
-    wire.send_many(placed.values_list("node_id", flat=True), "config", payload)
+    everyone = list(pipeline.placements.values_list("node_id", flat=True))
+    payload = {
+        "pipeline": pipeline.pk,
+        "version": pipeline.version,
+        "config": pipeline.config(),
+        "peers": sorted(everyone),  # whom its nodes exchange round messages with (wire)
+    }
+    targets = everyone if node_ids is None else [n for n in everyone if n in set(node_ids)]
+    wire.send_many(targets, "config", payload)
 
 
 # --- node side, applied by the ledger consumer: the verifier owns a running row ----------
@@ -303,7 +311,7 @@ def generation_reroute(
     if generation.state != GenerationState.QUEUED:
         generation.check_transition(GenerationState.QUEUED)
         generation.state = GenerationState.QUEUED
-    old_attempt = generation.attempts
+    old_attempt, old_verifier = generation.attempts, generation.verifier_id
     generation.drafter, generation.verifier = pair.drafter, pair.verifier
     generation.attempts += 1
     generation.save(update_fields=["state", "drafter", "verifier", "attempts"])
@@ -311,7 +319,9 @@ def generation_reroute(
     gid, verifier_id = generation.pk, pair.verifier.pk
 
     def after():
-        wire.publish(gid, wire.requeued_event(reason))
+        # the stream moves under the new verifier; it resumes from what was streamed
+        moved = wire.move_stream(gid, old=old_verifier, new=verifier_id, reason=reason)
+        payload["resume"] = [e for _, e in moved if e.get("type") == "tokens"]
         for node_id in old:  # the old attempt ends there (a live node frees its slots)
             wire.send(node_id, "cancel", {"gen": str(gid), "attempt": old_attempt})
         wire.send(verifier_id, "start", payload)

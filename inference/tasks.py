@@ -1,7 +1,8 @@
 """Celery adapters of the data plane (thin: ids and JSON in, services and loops out).
 
 `tandem.node.message` runs on a node worker (queue `node.<id>`, solo pool): it hands the
-message to the process's engine loop and returns at once. `tandem.generations.watchdog`
+message to the process's engine loop (when the control plane signed it for this node) and
+returns at once. `tandem.generations.watchdog`
 runs periodically on the control worker (celery beat).
 """
 
@@ -24,7 +25,7 @@ def node_message(kind: str, payload: dict) -> None:
     if loop is None:
         logger.warning("node message %r arrived before the engine loop started", kind)
         return
-    loop.deliver(kind, payload)
+    loop.accept_control(kind, payload)
 
 
 @shared_task(name="tandem.generations.watchdog", ignore_result=True, time_limit=60)

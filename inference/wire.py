@@ -4,11 +4,12 @@ them. Every client comes from `fleet.redis_clients` (one per thread, one per eve
 
 Three things cross:
 
-- **Token streams**: one Redis stream per generation, `tandem:gen:<uuid>`. Workers
-  `publish()` events (sync); the web side follows them (`inference.serving.sse.follow`,
-  async) or reads them at once with `read_all()`.
-- **Messages to node workers** (`send`, `receive`): control messages through Celery, round
-  messages through a Redis list per node.
+- **Token streams**: one Redis stream per generation, under the verifier that owns it:
+  `tandem:node:<verifier>:gen:<uuid>`. Workers `publish()` events (sync); the web side
+  follows them (`inference.serving.sse.follow`, async) or reads them at once with
+  `read_all()`, always under the verifier the Generation row names.
+- **Messages to node workers** (`send`, `send_from`, `receive`): cancels through Celery
+  (signed), everything else through Redis lists.
 - **Warm-up state** (`warmup_publish`, `warmup_status`): what a pipeline waits for before
   it can serve, and node inspection (`inspect_key`).
 
@@ -24,15 +25,41 @@ Stream events are JSON objects:
     {"type": "requeued", "reason": ".."}   # after a re-route; tokens are NOT resent
 
 A stream is trimmed approximately to MAXLEN entries and expires TTL_S after its terminal
-event; following it ends after a done or error event.
+event; following it ends after a done or error event. A re-route moves it (`move_stream`): the
+control plane copies it, ids kept, under the new verifier, with a `requeued` event naming the
+new owner at the end of both; a follower switches once the ledger agrees (`sse`).
+
+**A node acts only as itself** (Kubernetes' Node authorizer + NodeRestriction). Every key a
+node may touch carries its id, and each node has its own Redis ACL user
+(`fleet.nodes.redis_acl`, built from `node_key_patterns` below; the web tier and control
+processes keep the admin user):
+
+- `tandem:node:<id>:*` is the node's own: its streams (only it and the control plane write
+  them, so what a client reads under the ledger's owner is that owner's word), its inspection
+  key, its control inbox `tandem:node:<id>:rounds` (start, claimed, config: written by the
+  control plane) and its outboxes. A node gets no stream-read command at all (no XRANGE,
+  XREAD): the shared `tandem:ledger` and telemetry streams it appends to carry other nodes'
+  outputs, and Redis 6 key patterns do not tell reads from writes.
+- Node-to-node round messages (drafts, draft_start, results, a verifier's cancel of a draft)
+  go to the SENDER's outbox `tandem:node:<sender>:to:<receiver>`; a node may read only
+  `tandem:node:*:to:<itself>`. So the key a message came from names its sender: `receive`
+  stamps it on the payload (`drafter` / `verifier`), drops control kinds from peers, and a
+  node listens only to the peers the control plane named (its pipeline's nodes) and the
+  drafters named in its starts. A forged sender is impossible; what a peer's drafts can do is
+  bounded by verification (rejection sampling keeps the output the target's).
+- Cancels ride Celery (`node.<id>`), whose kombu transport needs shared keys: they carry an
+  HMAC of the control plane over (node, kind, payload) with the node's control key
+  (`fleet.nodes.signing.control_key`); the node drops any other.
+- Reports (`tandem:ledger`) and telemetry are signed and checked against the ledger's
+  assignment (`inference.node_reports`, `inference.ledger`).
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import re
-import time
-from dataclasses import dataclass
 from typing import Any, Literal, NotRequired, TypedDict
 
 import redis
@@ -84,8 +111,14 @@ def is_entry_id(text: str) -> bool:
     return match is not None and all(int(part or 0) <= _U64_MAX for part in match.groups())
 
 
-def stream_key(generation_id) -> str:
-    return f"tandem:gen:{generation_id}"
+def node_prefix(node_id: int) -> str:
+    """Every key node `node_id` owns starts with this (see the module doc)."""
+    return f"tandem:node:{int(node_id)}:"
+
+
+def stream_key(node_id: int, generation_id) -> str:
+    """The token stream of a generation, under the verifier that owns it."""
+    return f"{node_prefix(node_id)}gen:{generation_id}"
 
 
 def tokens_event(tokens: list[int], text: str, n: int) -> TokensEvent:
@@ -131,10 +164,15 @@ def decode_id(raw) -> str:
     return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
-def publish(generation_id, event: Event | dict, *, client: redis.Redis | None = None) -> str:
-    """Append one event; a terminal event also sets the stream's expiry. Returns its id."""
+def publish(
+    generation_id, event: Event | dict, *, node: int | None, client: redis.Redis | None = None
+) -> str:
+    """Append one event to the stream of verifier `node`; a terminal event also sets the
+    stream's expiry. Returns its id."""
+    if node is None:
+        raise ValueError(f"generation {generation_id} has no verifier: its stream has no owner")
     client = client or redis_clients.client()
-    key = stream_key(generation_id)
+    key = stream_key(node, generation_id)
     pipe = client.pipeline(transaction=False)
     pipe.xadd(key, {"e": json.dumps(event)}, maxlen=MAXLEN, approximate=True)
     if event.get("type") in TERMINAL_TYPES:
@@ -146,60 +184,87 @@ def publish(generation_id, event: Event | dict, *, client: redis.Redis | None = 
     return decode_id(entry_id)
 
 
-def publish_many(items: list[tuple[Any, dict]], *, client: redis.Redis | None = None) -> None:
-    """Append events for many generations in one round trip (used by a verifier's round)."""
+def publish_many(
+    items: list[tuple[Any, Any]], *, node: int, client: redis.Redis | None = None
+) -> None:
+    """Append events for many generations of verifier `node` in one round trip (a round)."""
     if not items:
         return
     client = client or redis_clients.client()
     pipe = client.pipeline(transaction=False)
     for generation_id, event in items:
-        key = stream_key(generation_id)
+        key = stream_key(node, generation_id)
         pipe.xadd(key, {"e": json.dumps(event)}, maxlen=MAXLEN, approximate=True)
         pipe.expire(key, TTL_S if event.get("type") in TERMINAL_TYPES else TTL_S * 6)
     pipe.execute()
 
 
-def read_all(generation_id, *, last_id: str = "0") -> list[tuple[str, dict]]:
-    """Every event after `last_id`, oldest first (sync)."""
+def read_all(generation_id, *, node: int | None, last_id: str = "0") -> list[tuple[str, dict]]:
+    """Every event after `last_id` of the stream under verifier `node` (the one the ledger
+    names; None: no stream), oldest first (sync; the control plane's and web's)."""
+    if node is None:
+        return []
     entries: Any = redis_clients.client().xrange(
-        stream_key(generation_id), min=f"({last_id}" if last_id not in ("0", "-") else "-"
+        stream_key(node, generation_id), min=f"({last_id}" if last_id not in ("0", "-") else "-"
     )
     return [(decode_id(entry_id), decode_event(fields)) for entry_id, fields in entries]
 
 
-def collect_text(events: list[tuple[str, dict]]) -> str:
+def move_stream(generation_id, *, old: int | None, new: int, reason: str) -> list[tuple[str, dict]]:
+    """A re-route (control plane only): end the old owner's stream with a `requeued` event
+    naming the new owner, and copy it, ids kept, under the new owner (whose earlier copy, from
+    an older attempt, is replaced). Returns the events copied (the resume state)."""
+    client = redis_clients.client()
+    event = {**requeued_event(reason), "owner": int(new)}
+    if old is not None and int(old) != int(new):
+        publish(generation_id, event, node=old, client=client)
+    events = read_all(generation_id, node=old) if old is not None else []
+    if old is None or int(old) == int(new):
+        publish(generation_id, event, node=new, client=client)
+        return events
+    key = stream_key(new, generation_id)
+    pipe = client.pipeline(transaction=True)
+    pipe.delete(key)
+    for entry_id, e in events:
+        pipe.xadd(key, {"e": json.dumps(e)}, id=entry_id)
+    pipe.expire(key, TTL_S * 6)
+    pipe.execute()
+    return events
+
+
+def collect_text(events: list[tuple[Any, dict]]) -> str:
     """The text of a stream's token events, concatenated (a helper for tests and benches)."""
     return "".join(e.get("text", "") for _id_, e in events if e.get("type") == "tokens")
 
 
 # -- messages to node workers ----------------------------------------------------------------
-# Cancels go through the broker: one Celery task, `tandem.node.message`, on the node's own
-# queue `node.<id>`.
+# Cancels from the control plane go through the broker: one Celery task, `tandem.node.message`,
+# on the node's own queue `node.<id>`, signed (see the module doc).
 #
-# Configuration messages (to either role) go on the node's Redis list below, like round
-# messages, so that one change reaches a whole pipeline in ONE pipelined round trip
-# (`send_many`: 2,500 nodes in tens of ms, where a Celery publish per node took 1.5 s), and
-# successive configurations reach a node in order (one FIFO list). Both channels end in the same
-# engine-loop inbox. As with the broker's queue before, a configuration sent while a node is
-# down waits on its list (ROUND_TTL_S) and is applied when it starts, after its boot placement's
-# (the same configuration or an older one than the database's; `discard_rounds` drops it when
-# the node is declared dead).
+# Configuration messages, starts and claims go on the node's control inbox (a Redis list), so
+# that one change reaches a whole pipeline in ONE pipelined round trip (`send_many`: 2,500 nodes
+# in tens of ms, where a Celery publish per node took 1.5 s), and successive configurations
+# reach a node in order (one FIFO list). A configuration sent while a node is down waits on its
+# list (ROUND_TTL_S); `discard_rounds` drops it when the node is declared dead.
 #
-# Messages on the hot path of every request or round -- start and claimed (the ledger's answer
-# to a claim; to a verifier), drafts (to a verifier), draft_start and results (to a drafter) --
-# skip Celery: one RPUSH onto the node's
-# Redis list `tandem:node:<id>:rounds`, read with BLPOP by the node's listener thread straight
-# into its engine loop's inbox (publishing a Celery task costs the web process milliseconds of
-# CPU per request). Reordering between the two channels is safe: a start precedes its round
-# messages (the verifier sends draft_start after prefilling it), a cancel that overtakes its
-# start leaves a tombstone that drops the start, a re-route's start that overtakes the cancel
-# of the old attempt replaces the old attempt (both roles), and attempt tombstones drop round
-# messages of ended attempts. Payloads are JSON and name generations by id.
+# Round messages between nodes (drafts, draft_start, results) skip Celery: one RPUSH onto the
+# sender's outbox for the receiver, read with BLPOP (with the control inbox) by the receiver's
+# listener thread straight into its engine loop's inbox. Reordering between the channels is
+# safe: a start precedes its round messages (the verifier sends draft_start after prefilling
+# it), a cancel that overtakes its start leaves a tombstone that drops the start, a re-route's
+# start that overtakes the cancel of the old attempt replaces the old attempt (both roles), and
+# attempt tombstones drop round messages of ended attempts. Payloads are JSON and name
+# generations by id.
 
 TASK = "tandem.node.message"
 ROUND_KINDS = frozenset({"start", "drafts", "draft_start", "results", "claimed"})
 LIST_KINDS = ROUND_KINDS | {"config"}  # sent on the node's Redis list, not through Celery
+# What a node may send another node (to its outbox, see the module doc), and the payload field
+# `receive` sets to the sender's id, whatever the sender wrote there.
+PEER_KINDS = {"drafts": "drafter", "draft_start": "verifier", "results": "verifier"}
+PEER_CANCEL_FIELD = "verifier"  # a verifier's cancel of a sequence its drafter drafts
 ROUND_TTL_S = 3600  # an idle node's list does not live forever
+_CONTROL_CONTEXT = b"tandem/node-control/v1\0"
 
 
 def node_queue(node_id: int) -> str:
@@ -207,21 +272,64 @@ def node_queue(node_id: int) -> str:
 
 
 def round_key(node_id: int) -> str:
-    return f"tandem:node:{node_id}:rounds"
+    """The node's control inbox: start, claimed, config (the control plane's only)."""
+    return f"{node_prefix(node_id)}rounds"
+
+
+def peer_key(sender: int, receiver: int) -> str:
+    """Round messages of node `sender` to node `receiver`: the sender's outbox."""
+    return f"{node_prefix(sender)}to:{int(receiver)}"
 
 
 def inspect_key(node_id: int) -> str:
     """What a node worker last said it holds (KV slots, sequence ids), written at each change."""
-    return f"tandem:node:{node_id}:inspect"
+    return f"{node_prefix(node_id)}inspect"
+
+
+def node_key_patterns(node_id: int) -> list[str]:
+    """The Redis key patterns of node `node_id`'s ACL user (`fleet.nodes.redis_acl`): its own
+    keys, the outboxes addressed to it, its Celery queue, and the two signed streams it
+    appends to (without any command that reads a stream)."""
+    from fleet.telemetry.ingest import STREAM as TELEMETRY
+    from inference.node_reports import STREAM as LEDGER
+
+    queue = node_queue(node_id)
+    return [
+        f"{node_prefix(node_id)}*",
+        f"tandem:node:*:to:{int(node_id)}",
+        queue,
+        f"{queue}\x06\x16*",  # kombu's priority lists of the queue
+        f"_kombu.binding.{queue}",
+        f"_kombu.binding_permanent.{queue}",
+        LEDGER,
+        f"{TELEMETRY}:*",
+    ]
+
+
+def control_signature(key: str, node_id: int, kind: str, payload: dict[str, Any]) -> str:
+    """The control plane's MAC of a Celery message to node `node_id` (see the module doc)."""
+    body = json.dumps({k: v for k, v in payload.items() if k != "sig"}, sort_keys=True)
+    message = _CONTROL_CONTEXT + f"{int(node_id)}\0{kind}\0".encode() + body.encode()
+    return hmac.new(key.encode(), message, hashlib.sha256).hexdigest()
+
+
+def control_signed(key: str, node_id: int, kind: str, payload: dict[str, Any]) -> bool:
+    sig = payload.get("sig")
+    return isinstance(sig, str) and hmac.compare_digest(
+        sig, control_signature(key, node_id, kind, payload)
+    )
 
 
 def send(node_id: int, kind: str, payload: dict[str, Any]) -> None:
+    """A control-plane message to a node (never sent by a node: see `send_from`)."""
     if kind in LIST_KINDS:
         send_many([node_id], kind, payload)
         return
     from fleet.celery import app
+    from fleet.nodes.signing import control_key
 
-    app.send_task(TASK, args=[kind, payload], queue=node_queue(node_id), ignore_result=True)
+    signed = {**payload, "sig": control_signature(control_key(node_id), node_id, kind, payload)}
+    app.send_task(TASK, args=[kind, signed], queue=node_queue(node_id), ignore_result=True)
 
 
 def send_many(node_ids, kind: str, payload: dict[str, Any]) -> None:
@@ -240,121 +348,88 @@ def send_many(node_ids, kind: str, payload: dict[str, Any]) -> None:
     pipe.execute()
 
 
+def send_from(sender: int, receiver: int, kind: str, payload: dict[str, Any]) -> None:
+    """A round message of node `sender` to node `receiver`, on the sender's outbox."""
+    if kind not in PEER_KINDS and kind != "cancel":
+        raise ValueError(f"a node does not send {kind!r} to another node")
+    key = peer_key(sender, receiver)
+    pipe = redis_clients.client().pipeline(transaction=False)
+    pipe.rpush(key, json.dumps([kind, payload]))
+    pipe.expire(key, ROUND_TTL_S)
+    pipe.execute()
+
+
 def discard_rounds(node_id: int) -> None:
     """Drop a dead worker's pending round messages: they belong to attempts that end with
     it, and its restarted process has no tombstones to recognise them by."""
-    redis_clients.client().delete(round_key(node_id))
+    client = redis_clients.client()
+    keys = [round_key(node_id), *client.scan_iter(match=f"tandem:node:*:to:{int(node_id)}")]
+    client.delete(*keys)
 
 
-def receive(node_id: int, timeout_s: float = 1.0) -> list[tuple[str, dict]]:
-    """Round messages for a node, oldest first: blocks up to timeout_s for the first, then
-    takes whatever else is already there."""
-    client, key = redis_clients.client(), round_key(node_id)
-    first = client.blpop([key], timeout=timeout_s)
+def _stamped(sender: int | None, kind: str, payload: dict) -> tuple[str, dict] | None:
+    """A message as its receiver acts on it: from the control inbox as it is; from a peer's
+    outbox only a peer kind, with the sender's id in the field that names it."""
+    if sender is None:
+        return kind, payload
+    field = PEER_KINDS.get(kind) or (PEER_CANCEL_FIELD if kind == "cancel" else None)
+    if field is None or not isinstance(payload, dict):
+        return None
+    return kind, {**payload, field: sender}
+
+
+def receive(node_id: int, timeout_s: float = 1.0, *, peers=()) -> list[tuple[str, dict]]:
+    """Round messages for a node, control inbox first, then its peers' outboxes: blocks up
+    to timeout_s for the first, then takes whatever else is already there."""
+    client = redis_clients.client()
+    senders: dict[str, int | None] = {round_key(node_id): None}
+    senders.update({peer_key(p, node_id): int(p) for p in peers if int(p) != int(node_id)})
+    keys = list(senders)
+    first: Any = client.blpop(keys, timeout=timeout_s)
     if first is None:
         return []
-    raws = [first[1]]
+    raws: list[tuple[int | None, Any]] = [(senders[decode_id(first[0])], first[1])]
     pipe = client.pipeline(transaction=True)  # atomic: a push in between is kept
-    pipe.lrange(key, 0, 255)
-    pipe.ltrim(key, 256, -1)
-    raws += pipe.execute()[0]
-    return [tuple(json.loads(r)) for r in raws]
-
-
-# -- warm-up: what a pipeline waits for before it can serve ----------------------------------
-# "training the demo pair, 42%", "converting the SmolLM2 weights". Written by the process
-# preparing the models (worker/local.py, `manage.py train_demo_pair`), read by the web (a 503
-# with Retry-After instead of a hang or a confusing 400) and by the console. Kept in Redis, not
-# the database: it is transient, written up to once a second, and must vanish by itself (a TTL)
-# if the process preparing the models dies.
-
-WARMUP_KEY = "tandem:warmup:{name}"
-WARMUP_TTL_S = 120  # a status not refreshed for this long is stale: its writer died
-MIN_RETRY_AFTER_S, MAX_RETRY_AFTER_S = 5, 120
-
-
-@dataclass(frozen=True)
-class Warmup:
-    pipeline: str
-    waiting_for: str  # "training the demo model pair", "converting the SmolLM2 weights"
-    progress: float | None  # 0..1 when known
-    eta_s: float | None  # seconds left, when it can be estimated
-
-    @property
-    def percent(self) -> int | None:
-        return None if self.progress is None else int(self.progress * 100)
-
-    @property
-    def retry_after_s(self) -> int:
-        eta = self.eta_s if self.eta_s is not None else MIN_RETRY_AFTER_S
-        return int(min(max(eta, MIN_RETRY_AFTER_S), MAX_RETRY_AFTER_S))
-
-    def describe(self) -> str:
-        text = self.waiting_for
-        if self.percent is not None:
-            text += f" ({self.percent}% done"
-            text += f", about {self.eta_s:.0f} s left)" if self.eta_s is not None else ")"
-        return text
-
-
-def warmup_publish(
-    *,
-    pipeline: str,
-    waiting_for: str,
-    progress: float | None = None,
-    eta_s: float | None = None,
-    ttl_s: int = WARMUP_TTL_S,
-) -> None:
-    value = {"waiting_for": waiting_for, "progress": progress, "eta_s": eta_s}
-    redis_clients.client().set(WARMUP_KEY.format(name=pipeline), json.dumps(value), ex=ttl_s)
-
-
-def warmup_clear(*, pipeline: str) -> None:
-    redis_clients.client().delete(WARMUP_KEY.format(name=pipeline))
-
-
-def warmup_status(pipeline: str) -> Warmup | None:
-    """The pipeline's warm-up, or None when nothing is being prepared for it."""
-    raw = redis_clients.client().get(WARMUP_KEY.format(name=pipeline))
-    if raw is None:
-        return None
-    value = json.loads(raw)
-    return Warmup(pipeline, value["waiting_for"], value.get("progress"), value.get("eta_s"))
-
-
-def warmup_statuses(pipelines: list[str]) -> dict[str, Warmup]:
-    """Warm-ups of several pipelines in one round trip (the console's lists)."""
-    if not pipelines:
-        return {}
-    raws = redis_clients.client().mget([WARMUP_KEY.format(name=n) for n in pipelines])
-    out = {}
-    for name, raw in zip(pipelines, raws, strict=True):
-        if raw is not None:
-            v = json.loads(raw)
-            out[name] = Warmup(name, v["waiting_for"], v.get("progress"), v.get("eta_s"))
+    for key in keys:
+        pipe.lrange(key, 0, 255)
+        pipe.ltrim(key, 256, -1)
+    replies = pipe.execute()
+    for key, got in zip(keys, replies[::2], strict=True):
+        raws += [(senders[key], r) for r in got]
+    out = []
+    for sender, raw in raws:
+        try:
+            kind, payload = json.loads(raw)
+        except (ValueError, TypeError):
+            continue
+        if (message := _stamped(sender, kind, payload)) is not None:
+            out.append(message)
     return out
 
 
-class WarmupReporter:
-    """Publishes a long job's progress at most once a second, with an estimate of the time
-    left from the rate so far."""
+# -- warm-up: kept in inference.warmup, named here as before -------------------------------
+from inference.warmup import (  # noqa: E402
+    MAX_RETRY_AFTER_S,
+    MIN_RETRY_AFTER_S,
+    WARMUP_KEY,
+    WARMUP_TTL_S,
+    Warmup,
+    WarmupReporter,
+    warmup_clear,
+    warmup_publish,
+    warmup_status,
+    warmup_statuses,
+)
 
-    def __init__(self, *, pipeline: str, waiting_for: str, every_s: float = 1.0):
-        self.pipeline, self.waiting_for, self.every_s = pipeline, waiting_for, every_s
-        self.started = time.monotonic()
-        self._last = 0.0
-
-    def report(self, progress: float | None = None, *, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self._last < self.every_s:
-            return
-        self._last = now
-        eta = None
-        if progress is not None and progress > 0.01:
-            eta = (now - self.started) * (1 - progress) / progress
-        try:
-            warmup_publish(
-                pipeline=self.pipeline, waiting_for=self.waiting_for, progress=progress, eta_s=eta
-            )
-        except redis.RedisError:
-            pass  # progress is for people watching; the job itself goes on
+__all__ = [
+    "MAX_RETRY_AFTER_S",
+    "MIN_RETRY_AFTER_S",
+    "WARMUP_KEY",
+    "WARMUP_TTL_S",
+    "Warmup",
+    "WarmupReporter",
+    "warmup_clear",
+    "warmup_publish",
+    "warmup_status",
+    "warmup_statuses",
+]

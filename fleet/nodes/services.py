@@ -157,6 +157,10 @@ def node_retire(*, node: Node, expected_version: int | None = None) -> Node:
 
 
 def _revoke_tokens(node: Node) -> int:
+    from fleet.nodes.redis_acl import sync_node_quietly
+
+    node_id = node.pk  # its Redis user loses the revoked tokens' passwords
+    transaction.on_commit(lambda: sync_node_quietly(node_id))
     return NodeToken.objects.filter(node=node, revoked_at__isnull=True).update(
         revoked_at=timezone.now()
     )

@@ -55,10 +55,10 @@ def fake_verifier(node_id: int, *, rounds: int, per_round: int, round_ms: float)
             done = live[gid] = live[gid] + 1
             toks = [65 + (i % 26) for i in range(per_round)]
             event = wire.tokens_event(toks, "".join(map(chr, toks)), done * per_round)
-            pipe.xadd(wire.stream_key(gid), {"e": json.dumps(event)})
+            pipe.xadd(wire.stream_key(node_id, gid), {"e": json.dumps(event)})
             if done == rounds:
                 end = wire.done_event("length", 8, rounds * per_round)
-                pipe.xadd(wire.stream_key(gid), {"e": json.dumps(end)})
+                pipe.xadd(wire.stream_key(node_id, gid), {"e": json.dumps(end)})
                 del live[gid]
         pipe.execute()
 

@@ -283,7 +283,7 @@ def live_output(generation: Generation) -> dict | None:
     """Text and token count so far from the generation's stream while it is not ended."""
     if generation.is_terminal:
         return None
-    events = wire.read_all(generation.id)
+    events = wire.read_all(generation.id, node=generation.verifier_id)
     n = 0
     for _id, event in events:
         if event.get("type") == "tokens":

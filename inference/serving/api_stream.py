@@ -29,9 +29,10 @@ log = logging.getLogger(__name__)
 STREAM_IDLE_TIMEOUT_S = 120.0
 
 
-def _stream_refusal(request, generation_id) -> JsonResponse | None:
+def _stream_refusal(request, generation_id) -> JsonResponse | Generation:
     """Authentication, permission and existence checks of a stream request, in one hop to
-    the sync thread (which every POST shares): None when the stream may be served."""
+    the sync thread (which every POST shares): the generation (its id, owner and verifier)
+    when the stream may be served."""
     try:
         user = principal_for(request)  # an API key, or the session's user
     except Refused as refused:
@@ -51,7 +52,7 @@ def _stream_refusal(request, generation_id) -> JsonResponse | None:
             },
             status=403,
         )
-    return None
+    return generation
 
 
 def _id_key(entry_id: str) -> tuple[int, int]:
@@ -75,12 +76,12 @@ def _ended_by(generation_id, last_id: str) -> bool:
 
 
 def _owner_of(generation_id) -> Generation | None:
-    """The generation with only its id and owner (all a stream's checks need): raw SQL, on
-    the path of every stream."""
+    """The generation with only its id, owner and verifier (all a stream's checks and its
+    read need): raw SQL, on the path of every stream."""
     table = Generation._meta.db_table
     rows = raw_instances(
         Generation,
-        f"SELECT id, user_id FROM {table} WHERE id = %s",
+        f"SELECT id, user_id, verifier_id FROM {table} WHERE id = %s",
         [Generation._meta.pk.get_db_prep_value(generation_id, connection)],
     )
     return rows[0] if rows else None
@@ -99,9 +100,9 @@ async def generation_stream(request, generation_id):
     # on the read lane: a stream's checks do not queue behind the submits
     lane = read_lane()
     check = sync_to_async(_stream_refusal, thread_sensitive=lane is None, executor=lane)
-    refusal = await check(request, generation_id)
-    if refusal is not None:
-        return refusal
+    generation = await check(request, generation_id)
+    if isinstance(generation, JsonResponse):
+        return generation
     last_id = request.headers.get("Last-Event-ID") or "0"
     if not wire.is_entry_id(last_id):
         return JsonResponse(
@@ -118,7 +119,10 @@ async def generation_stream(request, generation_id):
             return
         try:  # every event that arrived together in one chunk: one write per round
             async for batch in sse.follow_batches(
-                generation_id, last_id=last_id, idle_timeout_s=STREAM_IDLE_TIMEOUT_S
+                generation_id,
+                owner=generation.verifier_id,  # the ledger's owner: its stream only
+                last_id=last_id,
+                idle_timeout_s=STREAM_IDLE_TIMEOUT_S,
             ):
                 chunk = b"".join(
                     _sse_event(entry_id, event)

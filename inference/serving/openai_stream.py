@@ -49,14 +49,23 @@ async def _events(job: Job, *, keepalive_s: float | None = None) -> AsyncIterato
     or a final (None, "timeout") if they all go quiet; with `keepalive_s`, (None,
     "keepalive") ticks while silent."""
     ids = [c.generation.id for c in job.choices]
+    owners = [c.generation.verifier_id for c in job.choices]  # where their streams are
     if len(ids) == 1:
         async for one in sse.follow_batches(
-            ids[0], keepalive_s=keepalive_s, idle_timeout_s=IDLE_TIMEOUT_S, block_ms=BLOCK_MS
+            ids[0],
+            owner=owners[0],
+            keepalive_s=keepalive_s,
+            idle_timeout_s=IDLE_TIMEOUT_S,
+            block_ms=BLOCK_MS,
         ):
             yield [(None if entry_id is None else 0, event) for entry_id, event in one]
     else:
         async for many in sse.follow_many_batches(
-            ids, keepalive_s=keepalive_s, idle_timeout_s=IDLE_TIMEOUT_S, block_ms=BLOCK_MS
+            ids,
+            owners=owners,
+            keepalive_s=keepalive_s,
+            idle_timeout_s=IDLE_TIMEOUT_S,
+            block_ms=BLOCK_MS,
         ):
             yield many
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from fleet import redis_clients
@@ -35,40 +35,10 @@ TIMEOUT = stream_hub.TIMEOUT  # the stream stayed silent for idle_timeout_s: no 
 KEEPALIVE_COMMENT = b": keep-alive\n\n"
 
 
-async def _pump(
-    key: str,
-    cursor: str,
-    queue: asyncio.Queue,
-    stop: asyncio.Event,
-    *,
-    block_ms: int,
-    idle_timeout_s: float,
-) -> None:
-    client = redis_clients.async_client()  # the loop's pool: no connection per request
-    quiet_since = time.monotonic()
-    try:
-        while not stop.is_set():
-            reply: Any = await client.xread({key: cursor}, count=100, block=block_ms)
-            if not reply:
-                if time.monotonic() - quiet_since > idle_timeout_s:
-                    queue.put_nowait((None, {"type": TIMEOUT}))
-                    return
-                continue
-            quiet_since = time.monotonic()
-            for _key, entries in reply:
-                for entry_id, fields in entries:
-                    cursor = wire.decode_id(entry_id)
-                    event = wire.decode_event(fields)
-                    queue.put_nowait((cursor, event))
-                    if event.get("type") in wire.TERMINAL_TYPES:
-                        return
-    except Exception as exc:  # handed to the consumer, raised there
-        queue.put_nowait((None, exc))
-
-
 async def follow(
     generation_id,
     *,
+    owner: int | None,
     last_id: str = "0",
     keepalive_s: float | None = 2.0,
     idle_timeout_s: float = 120.0,
@@ -80,6 +50,7 @@ async def follow(
     Keep `block_ms` under redis-py's socket timeout (5 s by default)."""
     async for batch in follow_batches(
         generation_id,
+        owner=owner,
         last_id=last_id,
         keepalive_s=keepalive_s,
         idle_timeout_s=idle_timeout_s,
@@ -92,36 +63,137 @@ async def follow(
 async def follow_batches(
     generation_id,
     *,
+    owner: int | None,
     last_id: str = "0",
     keepalive_s: float | None = 2.0,
     idle_timeout_s: float = 120.0,
     block_ms: int = 1000,
 ) -> AsyncIterator[list[tuple[str | None, dict]]]:
     """What `follow` yields, grouped: every event already there when the consumer looks
-    (a verifier round's tokens arrive together), at least one per batch. Read by the loop's
-    `stream_hub` (one XREAD for every stream followed in this process), or by a pump of its
-    own when another follower of this process already follows the same stream."""
-    key = wire.stream_key(generation_id)
-    follower = stream_hub.Follower({key: 0}, {key: last_id or "0"}, idle_timeout_s=idle_timeout_s)
+    (a verifier round's tokens arrive together), at least one per batch. `owner` is the
+    verifier the Generation row names: its stream is the one read (see `_follow`)."""
+    async for batch in _follow(
+        [generation_id],
+        [owner],
+        [last_id or "0"],
+        keepalive_s=keepalive_s,
+        idle_timeout_s=idle_timeout_s,
+        block_ms=block_ms,
+    ):
+        yield [(cursor, event) for _tag, cursor, event in batch]
+
+
+async def _owner_now(generation_id) -> int | None:
+    """The verifier the ledger (the Generation row) names now."""
+    from asgiref.sync import sync_to_async
+
+    from inference.models import Generation
+
+    def lookup():
+        row = Generation.objects.filter(pk=generation_id).values_list("verifier_id").first()
+        return row[0] if row else None
+
+    return await sync_to_async(lookup)()
+
+
+async def _follow(
+    generation_ids: list,
+    owners: list,
+    cursors: list[str],
+    *,
+    keepalive_s: float | None,
+    idle_timeout_s: float,
+    block_ms: int,
+) -> AsyncIterator[list[tuple[int | None, str | None, dict]]]:
+    """Batches of (index, entry id, event) of the streams of generation_ids[i] under the
+    verifier owners[i], until each one's terminal event (or a timeout). A `requeued` event
+    naming another owner switches that stream to the new owner's copy (same ids: it goes on
+    from the same cursor) once the database agrees: a node's word alone moves nothing, and
+    what the old owner writes after it is not read."""
+    owners, cursors = list(owners), list(cursors)
+    live = {i for i, owner in enumerate(owners) if owner is not None}
+    for i in set(range(len(owners))) - live:  # never started anywhere: nothing to read
+        yield [(i, None, dict(wire.error_event("the generation has no verifier")))]
+    while live:
+        keys = {wire.stream_key(owners[i], generation_ids[i]): i for i in sorted(live)}
+        inner = _read(
+            keys,
+            {k: cursors[i] for k, i in keys.items()},
+            keepalive_s,
+            idle_timeout_s=idle_timeout_s,
+            block_ms=block_ms,
+        )
+        moved: set[int] = set()
+        try:
+            async for batch in inner:
+                out = []
+                for tag, cursor, event in batch:
+                    if tag in moved:
+                        continue  # the old owner's writes after the move
+                    out.append((tag, cursor, event))
+                    if tag is None:
+                        if event.get("type") == TIMEOUT:
+                            yield out
+                            return
+                        continue
+                    cursors[tag] = cursor or cursors[tag]
+                    kind = event.get("type")
+                    if kind in wire.TERMINAL_TYPES:
+                        live.discard(tag)
+                    elif kind == "requeued" and event.get("owner") not in (None, owners[tag]):
+                        now = await _owner_now(generation_ids[tag])
+                        if now is not None and now != owners[tag]:
+                            owners[tag] = now
+                            moved.add(tag)
+                if out:
+                    yield out
+                if moved:
+                    break
+        finally:
+            await inner.aclose()
+        if not moved:
+            return
+
+
+async def _read(
+    keys: dict[str, int],
+    cursors: dict[str, str],
+    keepalive_s: float | None,
+    *,
+    idle_timeout_s: float,
+    block_ms: int,
+) -> AsyncGenerator[list[tuple[int | None, str | None, dict]]]:
+    """Batches of (tag, entry id, event) of `keys` from their cursors until each one's
+    terminal event: read by the loop's `stream_hub` (one XREAD for every stream followed in
+    this process), or by a pump of its own when another follower of this process already
+    follows one of the same streams."""
+    follower = stream_hub.Follower(keys, dict(cursors), idle_timeout_s=idle_timeout_s)
     hub = stream_hub.hub()
     if hub.add(follower, block_ms=block_ms):
         try:
-            async for batch in _batches(follower.queue, keepalive_s, ends=1):
-                yield [(item[1] if len(item) == 3 else None, item[-1]) for item in batch]
+            async for batch in _batches(follower.queue, keepalive_s, ends=len(keys)):
+                yield [_triple(item) for item in batch]
         finally:
             hub.remove(follower)
         return
     queue: asyncio.Queue = asyncio.Queue()
     stop = asyncio.Event()
-    pump = _pump(key, last_id or "0", queue, stop, block_ms=block_ms, idle_timeout_s=idle_timeout_s)
+    pump = _pump_many(
+        keys, dict(cursors), queue, stop, block_ms=block_ms, idle_timeout_s=idle_timeout_s
+    )
     task = asyncio.create_task(pump)
     _pumps.add(task)
     task.add_done_callback(_pumps.discard)
     try:
-        async for batch in _batches(queue, keepalive_s, ends=1):
-            yield batch
+        async for batch in _batches(queue, keepalive_s, ends=len(keys)):
+            yield [_triple(item) for item in batch]
     finally:
         stop.set()  # the pump ends at its next read; never cancelled (see the module doc)
+
+
+def _triple(item: tuple) -> tuple[int | None, str | None, dict]:
+    """A queue item as (tag, entry id, event); a keep-alive tick is (None, event)."""
+    return (None, None, item[-1]) if len(item) == 2 else item
 
 
 async def _batches(queue: asyncio.Queue, keepalive_s: float | None, *, ends: int):
@@ -166,25 +238,26 @@ async def _next(queue: asyncio.Queue, timeout_s: float | None):
 
 
 async def _pump_many(
-    keys: list[str],
+    keys: dict[str, int],
+    start: dict[str, str],
     queue: asyncio.Queue,
     stop: asyncio.Event,
     *,
     block_ms: int,
     idle_timeout_s: float,
 ) -> None:
-    """`_pump` for several streams on ONE connection (one XREAD over all keys): a request
-    with n choices or a list of prompts holds one connection, not one per generation."""
+    """A reader of its own for several streams on ONE connection (one XREAD over all keys):
+    a request with n choices or a list of prompts holds one connection, not one per stream."""
     client = redis_clients.async_client()  # the loop's pool: no connection per request
-    cursors: dict[Any, Any] = dict.fromkeys(keys, "0")
-    index = {key: i for i, key in enumerate(keys)}
+    cursors: dict[Any, Any] = dict(start)
+    index = keys
     quiet_since = time.monotonic()
     try:
         while cursors and not stop.is_set():
             reply: Any = await client.xread(cursors, count=100, block=block_ms)
             if not reply:
                 if time.monotonic() - quiet_since > idle_timeout_s:
-                    queue.put_nowait((None, {"type": TIMEOUT}))
+                    queue.put_nowait((None, None, {"type": TIMEOUT}))
                     return
                 continue
             quiet_since = time.monotonic()
@@ -193,17 +266,18 @@ async def _pump_many(
                 for entry_id, fields in entries:
                     cursors[key] = wire.decode_id(entry_id)
                     event = wire.decode_event(fields)
-                    queue.put_nowait((index[key], event))
+                    queue.put_nowait((index[key], cursors[key], event))
                     if event.get("type") in wire.TERMINAL_TYPES:
                         del cursors[key]
                         break
     except Exception as exc:  # handed to the consumer, raised there
-        queue.put_nowait((None, exc))
+        queue.put_nowait((None, None, exc))
 
 
 async def follow_many(
     generation_ids: list,
     *,
+    owners: list,
     keepalive_s: float | None = 2.0,
     idle_timeout_s: float = 120.0,
     block_ms: int = 1000,
@@ -212,7 +286,11 @@ async def follow_many(
     stream's terminal event; keep-alive and timeout ticks as in `follow` (index None). A
     timeout ends them all."""
     async for batch in follow_many_batches(
-        generation_ids, keepalive_s=keepalive_s, idle_timeout_s=idle_timeout_s, block_ms=block_ms
+        generation_ids,
+        owners=owners,
+        keepalive_s=keepalive_s,
+        idle_timeout_s=idle_timeout_s,
+        block_ms=block_ms,
     ):
         for item in batch:
             yield item
@@ -221,32 +299,19 @@ async def follow_many(
 async def follow_many_batches(
     generation_ids: list,
     *,
+    owners: list,
     keepalive_s: float | None = 2.0,
     idle_timeout_s: float = 120.0,
     block_ms: int = 1000,
 ) -> AsyncIterator[list[tuple[int | None, dict]]]:
     """What `follow_many` yields, grouped as `follow_batches` groups (a round's events of
-    all the streams together)."""
-    keys = [wire.stream_key(g) for g in generation_ids]
-    follower = stream_hub.Follower(
-        {k: i for i, k in enumerate(keys)}, dict.fromkeys(keys, "0"), idle_timeout_s=idle_timeout_s
-    )
-    hub = stream_hub.hub()
-    if hub.add(follower, block_ms=block_ms):
-        try:
-            async for batch in _batches(follower.queue, keepalive_s, ends=len(keys)):
-                yield [(item[0], item[-1]) for item in batch]
-        finally:
-            hub.remove(follower)
-        return
-    queue: asyncio.Queue = asyncio.Queue()
-    stop = asyncio.Event()
-    pump = _pump_many(keys, queue, stop, block_ms=block_ms, idle_timeout_s=idle_timeout_s)
-    task = asyncio.create_task(pump)
-    _pumps.add(task)
-    task.add_done_callback(_pumps.discard)
-    try:
-        async for batch in _batches(queue, keepalive_s, ends=len(keys)):
-            yield batch
-    finally:
-        stop.set()
+    all the streams together); owners[i] is generation_ids[i]'s verifier."""
+    async for batch in _follow(
+        list(generation_ids),
+        list(owners),
+        ["0"] * len(generation_ids),
+        keepalive_s=keepalive_s,
+        idle_timeout_s=idle_timeout_s,
+        block_ms=block_ms,
+    ):
+        yield [(tag, event) for tag, _cursor, event in batch]

@@ -1,6 +1,7 @@
 """Boot of one node worker process: ask the control plane who this node is (its token
-authenticates it; no database), load the engine once, start the engine loop and the agent,
-then consume `node.<id>` with a solo Celery pool."""
+authenticates it; no database), switch to the node's own Redis user (`use_node_redis`),
+load the engine once, start the engine loop and the agent, then consume `node.<id>` with a
+solo Celery pool."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import time
 
 from django.core.exceptions import ImproperlyConfigured
 
-from inference.wire import node_queue
+from inference.wire import node_prefix, node_queue
 from inference.worker import engine_loop
 
 logger = logging.getLogger(__name__)
@@ -67,6 +68,38 @@ def check_node(session: dict, node_ref: str) -> None:
         )
 
 
+def use_node_redis(session: dict) -> str:
+    """From here on this process reaches Redis as its node's own ACL user
+    (`fleet.nodes.redis_acl`), at the address of its REDIS_URL, whatever password that URL
+    carried: its engine loop, agent and Celery consumer. Kombu's unacked bookkeeping moves
+    under the node's own keys, and remote control (pub/sub) is off. Returns the URL."""
+    from django.conf import settings
+
+    from fleet.celery import app
+    from fleet.nodes.redis_acl import node_url
+
+    creds = session.get("redis")
+    if not creds:
+        raise ImproperlyConfigured("the control plane gave this node no Redis user")
+    if not settings.REDIS_URL:
+        raise ImproperlyConfigured("REDIS_URL is required: the address of the fleet's Redis")
+    url = node_url(settings.REDIS_URL, session["node"], creds["password"])
+    settings.REDIS_URL = url
+    prefix = node_prefix(session["node"])
+    app.conf.update(
+        broker_url=url,
+        result_backend=None,
+        worker_enable_remote_control=False,
+        worker_send_task_events=False,
+        broker_transport_options={
+            "unacked_key": f"{prefix}unacked",
+            "unacked_index_key": f"{prefix}unacked_index",
+            "unacked_mutex_key": f"{prefix}unacked_mutex",
+        },
+    )
+    return url
+
+
 def build_loop(session: dict, role: str):
     placement = session.get("placement")
     name = session["name"]
@@ -82,6 +115,8 @@ def build_loop(session: dict, role: str):
         "pipeline_id": placement["pipeline"],
         "config": config,
         "key": session["signing_key"],
+        "control_key": session.get("control_key", ""),
+        "peers": placement.get("peers") or (),
     }
     if role == "verify":
         from inference.worker.verify import VerifyLoop
@@ -100,6 +135,7 @@ def run(*, node_ref: str, role: str, token: str, api_url: str, loglevel: str = "
 
     session = fetch_session(api_url, token)
     check_node(session, node_ref)
+    use_node_redis(session)
     node_id = session["node"]
     loop = build_loop(session, role)
     engine_loop.install(loop)

@@ -4,8 +4,10 @@ control plane's ledger as signed stream entries (`inference.node_reports`; a nod
 database credentials), and inspection state in Redis.
 
 The Celery task `tandem.node.message` (solo pool, main thread) only drops control messages
-into the inbox, and a listener thread drops round messages from the node's Redis list
-there; the loop (DraftLoop or VerifyLoop) owns the engine and runs rounds in its own thread,
+into the inbox (those the control plane signed for this node: `accept_control`), and a
+listener thread drops round messages from the node's control inbox and its peers' outboxes
+there (`inference.wire.receive`, which names each peer message's real sender); the loop
+(DraftLoop or VerifyLoop) owns the engine and runs rounds in its own thread,
 so a forward pass never blocks the consumer and the consumer never blocks a round.
 """
 
@@ -62,9 +64,23 @@ class Tombstones:
 class BaseLoop:
     role = ""
 
-    def __init__(self, *, node_id: int, pipeline_id: int, config: dict, key: str = ""):
+    def __init__(
+        self,
+        *,
+        node_id: int,
+        pipeline_id: int,
+        config: dict,
+        key: str = "",
+        control_key: str = "",
+        peers=(),
+    ):
         self.node_id, self.pipeline_id = node_id, pipeline_id
         self.key = key  # this node's signing key (from the control plane, see boot.py)
+        self.control_key = control_key  # checks the control plane's Celery messages
+        # Nodes whose outboxes to this one are read: the pipeline's (session, config pushes)
+        # and the drafters its starts name. Never shrinks: in-flight sequences finish where
+        # they are after a node moves.
+        self.peers: set[int] = {int(p) for p in peers}
         self.config = dict(config)
         self.inbox: queue.Queue[tuple[str, dict]] = queue.Queue()
         self.stats = LoopStats()
@@ -95,11 +111,28 @@ class BaseLoop:
     def deliver(self, kind: str, payload: dict) -> None:
         self.inbox.put((kind, payload))
 
+    def accept_control(self, kind: str, payload: dict) -> bool:
+        """A Celery message (a cancel) goes in only when the control plane signed it for
+        this node: another node may reach this queue through the broker's shared keys."""
+        if not isinstance(payload, dict) or not wire.control_signed(
+            self.control_key, self.node_id, kind, payload
+        ):
+            self.stats.errors += 1
+            logger.warning("node %s: unsigned %r message dropped", self.node_id, kind)
+            return False
+        self.deliver(kind, {k: v for k, v in payload.items() if k != "sig"})
+        return True
+
     def _listen(self) -> None:
-        """Hot-path messages (start, drafts, draft_start, results) from this node's Redis list."""
+        """Hot-path messages (start, drafts, draft_start, results) from this node's control
+        inbox and its peers' outboxes."""
         while not self.stopping.is_set():
             try:
-                for kind, payload in wire.receive(self.node_id, timeout_s=1.0):
+                for kind, payload in wire.receive(self.node_id, timeout_s=1.0, peers=self.peers):
+                    if kind == "start" and isinstance(payload.get("drafter"), int):
+                        self.peers.add(payload["drafter"])  # the control plane's word
+                    elif kind == "config":
+                        self.peers.update(int(p) for p in payload.get("peers") or ())
                     self.inbox.put((kind, payload))
             except Exception:  # Redis away for a moment: retry, never die
                 logger.exception("node %s: reading round messages failed", self.node_id)
@@ -151,7 +184,8 @@ class BaseLoop:
 
     # -- side effects -----------------------------------------------------------------------------
     def send(self, node_id: int, kind: str, payload: dict[str, Any]) -> None:
-        wire.send(node_id, kind, payload)
+        """A round message to another node: on this node's outbox for it."""
+        wire.send_from(self.node_id, node_id, kind, payload)
 
     def report(self, kind: str, **body: Any) -> None:
         """Queue a report for the ledger (never sent from inside a round)."""

@@ -280,7 +280,7 @@ class VerifyLoop(BaseLoop):
         if first:
             self.stats.record_latencies(ttft_s=ttft)
             self.report("first_token", ids=first, at=now.timestamp())
-            wire.publish_many(events)
+            wire.publish_many(events, node=self.node_id)
             self._flush_deferred()
 
     def _start(self, starts: list[dict]) -> None:
@@ -355,7 +355,8 @@ class VerifyLoop(BaseLoop):
 
     @staticmethod
     def _resume_state(p: dict) -> tuple[list[int], str]:
-        events = wire.read_all(p["gen"])
+        # from the control plane (a node reads no stream: see inference.wire)
+        events = [(None, e) for e in p.get("resume") or []]
         tokens = [t for _, e in events if e.get("type") == "tokens" for t in e["tokens"]]
         return tokens, wire.collect_text(events)
 
@@ -399,7 +400,7 @@ class VerifyLoop(BaseLoop):
             self.send(drafter, "results", payload)
         self._flush_deferred()
         t3 = time.perf_counter()
-        wire.publish_many(events)
+        wire.publish_many(events, node=self.node_id)
         phase = self.stats.add_phase
         phase("verify_forward", t1 - t0)
         phase("verify_emit", t2 - t1)
@@ -475,7 +476,7 @@ class VerifyLoop(BaseLoop):
     def _fail(self, seq: VSeq, error: str) -> None:
         self.tombstones.add(seq.gen, seq.attempt)
         self.stats.errors += 1
-        wire.publish(seq.gen, wire.error_event(error))
+        wire.publish(seq.gen, wire.error_event(error), node=self.node_id)
         self.report(
             "finish",
             gen=seq.gen,

@@ -24,6 +24,7 @@ from tokenizers import AddedToken
 from fleet.nodes.models import HardwareProfile, Node
 from fleet.pipelines.models import Pipeline, Placement, PlacementRole
 from inference import services, wire
+from inference.selectors import stream_owner
 from inference.training.byte_tokenizer import build_byte_tokenizer
 
 CONTEXT = 64
@@ -136,7 +137,7 @@ def fake_worker(monkeypatch):
             for event in events:
                 if worker.delay_s:
                     time.sleep(worker.delay_s)
-                wire.publish(generation.id, event)
+                wire.publish(generation.id, event, node=stream_owner(generation.id))
 
         if worker.delay_s:
             thread = threading.Thread(target=run, daemon=True)

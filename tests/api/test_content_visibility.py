@@ -7,6 +7,7 @@ import pytest
 from fleet.accounts.services import user_set_content_access
 from inference import wire
 from inference.models import Generation, GenerationState
+from inference.selectors import stream_owner
 from tests.api.conftest import script
 
 URL = "/api/v1/generations"
@@ -19,7 +20,7 @@ def bobs_generation(serving, as_persona):
     body = {"pipeline": "demo", "prompt": "my secret prompt", "max_tokens": 8, "stop": "XYZ"}
     created = as_persona("operator").post(URL, body, format="json").json()
     for event in script("Hello, world!")[:2]:
-        wire.publish(created["id"], event)
+        wire.publish(created["id"], event, node=stream_owner(created["id"]))
     Generation.objects.filter(pk=created["id"]).update(state=GenerationState.RUNNING)
     return created["id"]
 
@@ -70,7 +71,9 @@ def test_a_content_grant_opens_the_text_to_one_viewer(bobs_generation, as_person
     user_set_content_access(user=viewer, allowed=True)
     client = as_persona("viewer")
     assert _detail(client, bobs_generation)["prompt"] == "my secret prompt"
-    wire.publish(bobs_generation, wire.done_event("stop", 16, 6))
+    wire.publish(
+        bobs_generation, wire.done_event("stop", 16, 6), node=stream_owner(bobs_generation)
+    )
     response = client.get(f"{URL}/{bobs_generation}/stream")
     assert response.status_code == 200
     assert '"text":"Hel"' in b"".join(response).decode()

@@ -11,6 +11,7 @@ import pytest
 from fleet.accounts.services import api_key_create
 from inference import wire
 from inference.models import Generation
+from inference.selectors import stream_owner
 
 pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
 
@@ -22,7 +23,9 @@ def busy_writer(stop: threading.Event):
         generation = Generation.objects.first()
         if generation is not None:
             n += 1
-            wire.publish(generation.id, wire.tokens_event([97], "a", n))
+            wire.publish(
+                generation.id, wire.tokens_event([97], "a", n), node=stream_owner(generation.id)
+            )
         time.sleep(0.02)
 
 

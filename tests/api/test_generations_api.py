@@ -4,6 +4,7 @@ import pytest
 
 from inference import wire
 from inference.models import Generation, GenerationState
+from inference.selectors import stream_owner
 from inference.serving.request_rules import RequestError, sampling_params
 from tests.api.conftest import CONTEXT, script
 
@@ -156,7 +157,7 @@ def test_unknown_generation_is_404(db, as_persona):
 def test_detail_shows_output_so_far_from_the_stream(serving, as_persona):
     created = as_persona("operator").post(URL, body(), format="json").json()
     for event in script("Hello, world!")[:2]:  # two token events, no done yet
-        wire.publish(created["id"], event)
+        wire.publish(created["id"], event, node=stream_owner(created["id"]))
     Generation.objects.filter(pk=created["id"]).update(state=GenerationState.RUNNING)
     data = as_persona("operator").get(f"{URL}/{created['id']}").json()  # its owner
     assert data["state"] == "running"
@@ -211,7 +212,7 @@ def test_cancel_permissions(serving, as_persona):
 def test_stream_sends_the_events_as_sse(serving, as_persona):
     gid = as_persona("operator").post(URL, body(), format="json").json()["id"]
     for event in script("Hi there", chunk=4):
-        wire.publish(gid, event)
+        wire.publish(gid, event, node=stream_owner(gid))
     response = as_persona("operator").get(f"{URL}/{gid}/stream")  # its owner
     assert response.status_code == 200
     assert response["Content-Type"] == "text/event-stream"

@@ -16,6 +16,7 @@ from django.conf import settings
 
 from fleet.pipelines.models import Pipeline
 from inference import services, wire
+from inference.selectors import stream_owner
 from tests.api.conftest import place_pair, write_model_dir
 from tests.nodes.test_permissions_matrix import PERSONAS, Endpoint, World, gate
 
@@ -37,7 +38,7 @@ class ServingWorld(World):
             params={"max_tokens": 4},
             user=self.users["admin"],
         )
-        wire.publish(generation.id, wire.done_event("stop", 2, 0))
+        wire.publish(generation.id, wire.done_event("stop", 2, 0), node=stream_owner(generation.id))
         return generation
 
 

@@ -14,8 +14,8 @@ import pytest
 from django.utils import timezone
 
 from fleet.accounts.services import api_key_create
-from inference import wire
 from inference.models import Generation
+from inference.selectors import stream_of
 
 pytestmark = [
     pytest.mark.slow,
@@ -181,7 +181,7 @@ def _client_leaves(url, key, pipeline, nodes, workers):
         done_at = g.finished_at
         if g.state == "finished" and done_at and (done_at - g.created_at).total_seconds() < 2:
             break  # the tiny model outran the hang-up (200 tokens in ~1 s): nothing to cancel
-        events = [e["type"] for _, e in wire.read_all(g.pk)]
+        events = [e["type"] for _, e in stream_of(g.pk)]
         assert time.monotonic() < deadline, (
             f"{g.state} {g.finish_reason} out={len(g.output_tokens)} created={g.created_at} "
             f"finished={g.finished_at} events={events} now={timezone.now()}"

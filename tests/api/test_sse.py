@@ -1,6 +1,7 @@
 """inference.serving.sse.follow: events, keep-alive ticks while silent, a timeout at the end."""
 
 import asyncio
+import functools
 import threading
 import time
 import uuid
@@ -11,7 +12,7 @@ from inference.serving import sse
 
 def collect(gid, **kwargs):
     async def run():
-        return [event["type"] async for _id, event in sse.follow(gid, **kwargs)]
+        return [event["type"] async for _id, event in sse.follow(gid, owner=3, **kwargs)]
 
     return asyncio.run(run())
 
@@ -21,8 +22,8 @@ def test_ticks_while_silent_then_the_events():
 
     def later():
         time.sleep(0.35)
-        wire.publish(gid, wire.tokens_event([97], "a", 1))
-        wire.publish(gid, wire.done_event("stop", 1, 1))
+        wire.publish(gid, wire.tokens_event([97], "a", 1), node=3)
+        wire.publish(gid, wire.done_event("stop", 1, 1), node=3)
 
     threading.Thread(target=later).start()
     kinds = collect(gid, keepalive_s=0.1, block_ms=50)
@@ -45,7 +46,7 @@ def test_followers_share_one_read_per_round_and_a_newcomer_is_not_kept_waiting()
     blocker_gid, newcomer = uuid.uuid4(), uuid.uuid4()
 
     async def one(gid):
-        return [e["type"] async for batch in sse.follow_batches(gid) for _, e in batch]
+        return [e["type"] async for batch in sse.follow_batches(gid, owner=3) for _, e in batch]
 
     async def run():
         hub = stream_hub.hub()
@@ -56,7 +57,7 @@ def test_followers_share_one_read_per_round_and_a_newcomer_is_not_kept_waiting()
             items: list = [(g, wire.tokens_event([97], "a", r + 1)) for g in gids]
             if r == 3:
                 items += [(g, wire.done_event("stop", 1, 4)) for g in gids]
-            await asyncio.to_thread(wire.publish_many, items)
+            await asyncio.to_thread(functools.partial(wire.publish_many, items, node=3))
             await asyncio.sleep(0.05)
         results = await asyncio.gather(*tasks)
         reads = hub.reads - reads0
@@ -64,11 +65,11 @@ def test_followers_share_one_read_per_round_and_a_newcomer_is_not_kept_waiting()
         hub.block_ms = 5000
         blocker = asyncio.create_task(one(blocker_gid))  # keeps the hub in a long read
         await asyncio.sleep(0.2)
-        await asyncio.to_thread(wire.publish, newcomer, wire.done_event("stop", 1, 0))
+        await asyncio.to_thread(wire.publish, newcomer, wire.done_event("stop", 1, 0), node=3)
         t0 = time.monotonic()
         late = await one(newcomer)
         waited = time.monotonic() - t0
-        await asyncio.to_thread(wire.publish, blocker_gid, wire.done_event("stop", 1, 0))
+        await asyncio.to_thread(wire.publish, blocker_gid, wire.done_event("stop", 1, 0), node=3)
         await blocker
         return results, reads, late, waited
 

@@ -17,6 +17,7 @@ from fleet.accounts.access import Role, role_of
 from fleet.console.management.commands.up import _create_first_admin
 from fleet.launcher import ChildFailed, ChildSpec, RestartPolicy, Supervisor, children
 from fleet.supervision import problems, state_path
+from inference.selectors import stream_of
 from tests.foundation.helpers import REPO, free_port
 
 
@@ -316,7 +317,7 @@ def test_generations_a_previous_run_left_active_are_ended_at_start(
         _close_orphans(specs)
     g.refresh_from_db()
     assert g.state == "failed" and "was not running when Tandem started" in g.error
-    assert wire.read_all(g.pk)[-1][1]["type"] == "error"
+    assert stream_of(g.pk)[-1][1]["type"] == "error"
 
 
 def test_stop_sends_nothing_to_the_old_group_of_a_child_given_up_on(tmp_path, monkeypatch):

@@ -20,7 +20,13 @@ def world(serving, admin):
     key, _plain = api_key_create(user=admin, name="world")
     link = WallLink.objects.create(name="wall", created_by=admin)
     generation = Generation.objects.create(
-        pipeline=serving, user=admin, prompt="hi", prompt_tokens=[104, 105], params={}
+        pipeline=serving,
+        user=admin,
+        prompt="hi",
+        prompt_tokens=[104, 105],
+        params={},
+        drafter=drafter,
+        verifier=verifier,  # its stream lives under its verifier
     )
     return {
         "pipeline": serving,

@@ -7,6 +7,7 @@ import pytest
 
 from fleet import redis_clients
 from inference import wire
+from inference.selectors import stream_owner
 
 pytestmark = pytest.mark.filterwarnings("ignore:StreamingHttpResponse must consume")
 
@@ -27,9 +28,9 @@ def test_a_malformed_last_event_id_is_400_at_once(world, as_persona, last_id):
 
 def test_a_valid_last_event_id_resumes_after_it(world, as_persona):
     gid = world["generation"].id
-    first = wire.publish(gid, wire.tokens_event([104], "h", 1))
-    wire.publish(gid, wire.tokens_event([105], "i", 2))
-    wire.publish(gid, wire.done_event("stop", 2, 2))
+    first = wire.publish(gid, wire.tokens_event([104], "h", 1), node=stream_owner(gid))
+    wire.publish(gid, wire.tokens_event([105], "i", 2), node=stream_owner(gid))
+    wire.publish(gid, wire.done_event("stop", 2, 2), node=stream_owner(gid))
     response = as_persona("admin").get(url(world), HTTP_LAST_EVENT_ID=first)
     raw = b"".join(response).decode()
     compact = raw.replace(" ", "")  # however the events are laid out
@@ -38,7 +39,8 @@ def test_a_valid_last_event_id_resumes_after_it(world, as_persona):
 
 def test_a_stream_that_fails_after_its_headers_ends_with_an_error_event(world, as_persona):
     # A key of the wrong type: Redis refuses the XREAD once the response has started.
-    redis_clients.client().set(wire.stream_key(world["generation"].id), "not a stream")
+    g = world["generation"]
+    redis_clients.client().set(wire.stream_key(g.verifier_id, g.id), "not a stream")
     response = as_persona("admin").get(url(world))
     assert response.status_code == 200
     blocks = [b for b in b"".join(response).decode().split("\n\n") if b]

@@ -11,6 +11,7 @@ import pytest
 from fleet.pipelines import services as pipeline_services
 from fleet.pipelines.models import AuditEvent, Pipeline, Placement
 from inference import wire
+from inference.selectors import stream_of
 from tests.serving.helpers import (
     Workers,
     make_pipeline,
@@ -43,13 +44,11 @@ def test_change_k_and_move_a_node_while_generations_stream(
         wait_online(nodes + other_nodes, workers)
         gens = [submit(pipeline, p, n_tokens, ignore_eos=True) for p in ps]
         deadline = time.monotonic() + 60
-        while min(len(tokens_of(e for _, e in wire.read_all(g.pk))) for g in gens) < 4:
+        while min(len(tokens_of(e for _, e in stream_of(g.pk))) for g in gens) < 4:
             assert time.monotonic() < deadline, workers.logs()
             time.sleep(0.05)
         # mid-stream: a new k policy, then a drafter moves to the other pipeline
-        streaming = [
-            g for g in gens if wire.read_all(g.pk)[-1][1]["type"] not in wire.TERMINAL_TYPES
-        ]
+        streaming = [g for g in gens if stream_of(g.pk)[-1][1]["type"] not in wire.TERMINAL_TYPES]
         assert streaming, "every generation ended before the change: nothing was tested"
         pipeline_services.pipeline_set_k_policy(
             pipeline_id=pipeline.pk,

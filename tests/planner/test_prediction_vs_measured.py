@@ -31,6 +31,7 @@ from fleet.telemetry import rollups
 from fleet.telemetry.aggregation import Aggregation
 from fleet.telemetry.ingest import STREAMS, client, unpack
 from fleet.telemetry.registry import load_registry
+from inference.selectors import stream_of
 
 pytestmark = [
     pytest.mark.slow,
@@ -115,7 +116,7 @@ def _closed_loop(pipeline: Pipeline, until: float, errors: list) -> None:
             )
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:
-                events = wire.read_all(g.pk)
+                events = stream_of(g.pk)
                 if events and events[-1][1]["type"] in wire.TERMINAL_TYPES:
                     break
                 time.sleep(0.02)

@@ -23,6 +23,7 @@ from inference.engine.checkpoints import save_checkpoint
 from inference.engine.config import ModelConfig
 from inference.engine.tokenizer import Tokenizer
 from inference.engine.transformer import Transformer
+from inference.selectors import stream_of
 from inference.training import byte_tokenizer as bt
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -217,7 +218,7 @@ def wait_done(gen_ids, timeout: float = 120, workers: Workers | None = None) -> 
     pending, out = {str(g) for g in gen_ids}, {}
     while pending and time.monotonic() < deadline:
         for g in list(pending):
-            events = wire.read_all(g)
+            events = stream_of(g)
             if events and events[-1][1]["type"] in wire.TERMINAL_TYPES:
                 out[g] = [e for _, e in events]
                 pending.discard(g)

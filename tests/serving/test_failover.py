@@ -9,6 +9,7 @@ import pytest
 
 from inference import ledger, services, wire
 from inference.models import Generation
+from inference.selectors import stream_of
 from tests.serving.helpers import (
     Workers,
     ledger_settled,
@@ -39,7 +40,7 @@ def test_killed_verifier_and_drafter_reroute_with_identical_output(live_server, 
         refused_before = ledger.stats().get("refused", 0)
         gens = [submit(pipeline, p, n_tokens, ignore_eos=True) for p in ps]
         deadline = time.monotonic() + 60
-        while min(len(tokens_of(e for _, e in wire.read_all(g.pk))) for g in gens) < 4:
+        while min(len(tokens_of(e for _, e in stream_of(g.pk))) for g in gens) < 4:
             assert time.monotonic() < deadline, workers.logs()
             time.sleep(0.05)
         victims = [by_name["ha-verify-0"], by_name["ha-draft-1"]]
@@ -56,7 +57,7 @@ def test_killed_verifier_and_drafter_reroute_with_identical_output(live_server, 
             assert time.monotonic() < deadline, f"hang: {len(ended)}/{len(gens)}\n{workers.logs()}"
             services.generations_watchdog()
             for g in gens:
-                events = [e for _, e in wire.read_all(g.pk)]
+                events = [e for _, e in stream_of(g.pk)]
                 if events and events[-1]["type"] in wire.TERMINAL_TYPES:
                     ended[g.pk] = events
             time.sleep(0.3)

@@ -20,6 +20,7 @@ from inference.engine.generator import SpeculativeGenerator
 from inference.engine.sampling import SamplingParams
 from inference.ledger import Ledger
 from inference.models import Generation
+from inference.selectors import stream_of
 from inference.worker import engine_loop
 from inference.worker.draft import DraftLoop
 from inference.worker.engine_cache import load_draft_engine, load_verify_engine
@@ -30,10 +31,16 @@ from tests.serving.test_workers import prompts
 
 @pytest.fixture
 def wired(monkeypatch, transactional_db):
-    """Loops by node id; wire.send delivers straight into the target loop. The ledger
-    consumer runs in a thread of its own (it applies the verifier's reports)."""
+    """Loops by node id; wire.send and wire.send_from deliver straight into the target loop
+    (a peer's message named by its sender, as `wire.receive` does). The ledger consumer runs
+    in a thread of its own (it applies the verifier's reports)."""
     loops: dict[int, engine_loop.BaseLoop] = {}
     monkeypatch.setattr(wire, "send", lambda node, kind, p: loops[node].deliver(kind, p))
+
+    def send_from(sender, node, kind, p):
+        loops[node].deliver(*wire._stamped(sender, kind, p))
+
+    monkeypatch.setattr(wire, "send_from", send_from)
     stop = threading.Event()
 
     def consume():
@@ -53,6 +60,7 @@ def wired(monkeypatch, transactional_db):
 
 def _run(pipeline, nodes, wired, kind):
     config = pipeline.config()
+    peers = [n.pk for n, _role, _token in nodes]  # as the node session names them
     for node, role, token in nodes:
         key = token_key(node.pk, token)
         if role == "verify":
@@ -62,6 +70,7 @@ def _run(pipeline, nodes, wired, kind):
                 pipeline_id=pipeline.pk,
                 config=config,
                 key=key,
+                peers=peers,
             )
         else:
             loop = DraftLoop(
@@ -70,6 +79,7 @@ def _run(pipeline, nodes, wired, kind):
                 pipeline_id=pipeline.pk,
                 config=config,
                 key=key,
+                peers=peers,
             )
         wired[node.pk] = loop
         loop.start()
@@ -189,7 +199,7 @@ def test_verifier_claims_off_the_loop_retries_a_failed_claim_and_skips_ended_row
     verifier.flush_writes()
     ledger_settled()
     time.sleep(0.3)  # the refusal reached the verifier by now
-    assert not tokens_of([e for _, e in wire.read_all(ended.pk)])
+    assert not tokens_of([e for _, e in stream_of(ended.pk)])
     assert verifier.slots()["slots_used"] == 0 and str(ended.pk) not in verifier.seqs
 
 
@@ -201,14 +211,14 @@ def test_new_sequences_join_the_running_draft_group(transactional_db, tmp_path, 
     _run(pipeline, nodes, wired, "ngram")
     drafter_id = next(n.pk for n, r, _ in nodes if r == "draft")
     seen: list[tuple[str, dict]] = []
-    deliver = wire.send
+    deliver = wire.send_from
 
-    def send(node, kind, p):
+    def send_from(sender, node, kind, p):
         if node == drafter_id:
             seen.append((kind, p))
-        deliver(node, kind, p)
+        deliver(sender, node, kind, p)
 
-    wire.send = send  # the wired fixture's monkeypatch restores the original
+    wire.send_from = send_from  # the wired fixture's monkeypatch restores the original
     ps = prompts(6, seed=11)
     params = {"temperature": 0, "max_tokens": 60, "ignore_eos": True}
     gens = []
@@ -335,7 +345,7 @@ def test_a_resumed_attempt_sends_the_prompts_logprobs_only(transactional_db, tmp
         pipeline=pipeline, prompt="", prompt_tokens=p, params=params, user=None
     )
     deadline = time.monotonic() + 20
-    while len(tokens_of([e for _, e in wire.read_all(g.pk)])) < 5:
+    while len(tokens_of([e for _, e in stream_of(g.pk)])) < 5:
         assert time.monotonic() < deadline
         time.sleep(0.002)
     Generation.objects.filter(pk=g.pk).update(state="queued", attempts=2)
@@ -374,7 +384,7 @@ def test_a_claim_confirmed_during_the_prefill_streams_before_the_round(tmp_path,
     monkeypatch.setattr(loop, "report", report)
     monkeypatch.setattr(loop.engine, "verify", verifying)
     monkeypatch.setattr(
-        wire, "publish_many", lambda items: order.extend(e["type"] for _, e in items)
+        wire, "publish_many", lambda items, node: order.extend(e["type"] for _, e in items)
     )
     loop.deliver(
         "start",

@@ -10,6 +10,7 @@ from fleet import redis_clients
 from fleet.nodes.models import Node
 from inference import services, wire
 from inference.models import Generation
+from inference.selectors import stream_of, stream_owner
 from tests.serving.test_units import _pipeline, _submit
 
 
@@ -30,7 +31,7 @@ def test_a_dead_verifier_is_lost_at_once_and_its_generations_move(
     on_v0 = [g for g in gens if g.verifier_id == v0.pk]
     assert on_v0 and len(on_v0) < len(gens)  # least loaded: spread over both
     Generation.objects.filter(pk__in=[g.pk for g in gens]).update(state="running")
-    wire.publish(on_v0[0].pk, wire.tokens_event([104], "h", 1))
+    wire.publish(on_v0[0].pk, wire.tokens_event([104], "h", 1), node=stream_owner(on_v0[0].pk))
     redis_clients.client().rpush(wire.round_key(v0.pk), '["drafts", {}]')  # a stale round
     sent.clear()
 
@@ -45,7 +46,7 @@ def test_a_dead_verifier_is_lost_at_once_and_its_generations_move(
     for g in on_v0:
         g.refresh_from_db()
         assert (g.state, g.verifier_id, g.attempts) == ("queued", v1.pk, 2)
-        last = wire.read_all(g.pk)[-1][1]
+        last = stream_of(g.pk)[-1][1]
         assert last["type"] == "requeued" and "killed" in last["reason"]
     assert sorted(n for n, k, _ in sent if k == "start") == [v1.pk] * len(on_v0)
     untouched = Generation.objects.exclude(pk__in=[g.pk for g in on_v0])
@@ -70,7 +71,7 @@ def test_with_no_healthy_pair_left_each_generation_ends_with_an_error_event(
         assert g.state == "failed" and g.finished_at is not None
         assert "draft-0 (drafter) is lost: its worker died" in g.error
         assert "no healthy drafter" in g.error
-        last = wire.read_all(g.pk)[-1][1]
+        last = stream_of(g.pk)[-1][1]
         assert last["type"] == "error" and "its worker died" in last["error"]
     # idempotent, and a node that does not exist has nothing to release
     assert services.node_process_gone(node_ref=drafter.name, reason="x") == {

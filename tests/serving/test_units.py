@@ -14,6 +14,7 @@ from inference import services, wire
 from inference.engine.tokenizer import Tokenizer
 from inference.models import Generation
 from inference.router import NoCapacity, pick_pair
+from inference.selectors import stream_of, stream_owner
 from inference.training import byte_tokenizer as bt
 from inference.worker.agent import accumulate
 from inference.worker.detok import Detokenizer
@@ -123,7 +124,7 @@ def test_cancel_is_idempotent_frees_both_nodes_and_ends_the_stream(
     assert g.state == "cancelled" and g.finish_reason == "cancelled"
     cancels = [(n, payload) for n, k, payload in sent if k == "cancel"]
     assert sorted(n for n, _ in cancels) == sorted([nodes["draft"][0].pk, nodes["verify"][0].pk])
-    events = [e for _, e in wire.read_all(g.pk)]
+    events = [e for _, e in stream_of(g.pk)]
     assert events[-1]["type"] == "done" and events[-1]["finish_reason"] == "cancelled"
 
 
@@ -137,7 +138,7 @@ def test_watchdog_deadline_reroute_and_clear_failure(
         g = _submit(p)
     Generation.objects.filter(pk=late.pk).update(deadline=timezone.now() - timedelta(seconds=1))
     Generation.objects.filter(pk=g.pk).update(state="running", verifier=v0)
-    wire.publish(g.pk, wire.tokens_event([104, 105], "hi", 2))
+    wire.publish(g.pk, wire.tokens_event([104, 105], "hi", 2), node=stream_owner(g.pk))
     Node.objects.filter(pk=v0.pk).update(state="lost")
     sent.clear()
     with django_capture_on_commit_callbacks(execute=True):
@@ -148,7 +149,7 @@ def test_watchdog_deadline_reroute_and_clear_failure(
     assert late.state == "failed" and late.finish_reason == "timeout" and "deadline" in late.error
     assert g.state == "queued" and g.verifier_id == v1.pk and g.attempts == 2
     assert (v1.pk, "start") in [(n, k) for n, k, _ in sent]
-    assert [e["type"] for _, e in wire.read_all(g.pk)][-1] == "requeued"
+    assert [e["type"] for _, e in stream_of(g.pk)][-1] == "requeued"
     # the last verifier dies too: the generation fails with a clear reason, never hangs
     Generation.objects.filter(pk=g.pk).update(state="running")
     Node.objects.filter(pk=v1.pk).update(state="lost")
@@ -156,7 +157,7 @@ def test_watchdog_deadline_reroute_and_clear_failure(
         services.generations_watchdog()
     g.refresh_from_db()
     assert g.state == "failed" and "no healthy verifier" in g.error and "is lost" in g.error
-    assert wire.read_all(g.pk)[-1][1]["type"] == "error"
+    assert stream_of(g.pk)[-1][1]["type"] == "error"
 
 
 def test_push_pipeline_config_reaches_every_placed_node(db):

@@ -9,13 +9,13 @@ import time
 import pytest
 
 from fleet.pipelines.models import Pipeline
-from inference import services, wire
+from inference import services
 from inference.engine.checkpoints import load_checkpoint
 from inference.engine.engines import DraftEngine, VerifyEngine
 from inference.engine.generator import SpeculativeGenerator
 from inference.engine.sampling import SamplingParams
 from inference.models import Generation
-from inference.selectors import node_inspect
+from inference.selectors import node_inspect, stream_of
 from tests.serving.helpers import (
     Workers,
     make_pipeline,
@@ -116,7 +116,7 @@ def test_greedy_through_workers_equals_inprocess_and_verifier_batches(
         # Cancel mid-generation frees the KV slots on BOTH nodes.
         long = [submit(pipeline, p, 200, ignore_eos=True) for p in prompts(4, seed=1)]
         deadline = time.monotonic() + 30
-        while not all(tokens_of(e for _, e in wire.read_all(g.pk)) for g in long):
+        while not all(tokens_of(e for _, e in stream_of(g.pk)) for g in long):
             assert time.monotonic() < deadline, workers.logs()
             time.sleep(0.1)
         assert node_inspect(verifier.pk)["slots_used"] == 4
