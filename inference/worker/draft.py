@@ -55,7 +55,9 @@ class DraftLoop(BaseLoop):
             if p.get("seqs"):  # new sequences of the same verifier, drafted with this group
                 self._add(p)
         elif kind == "cancel":
-            self.drop(p["gen"], p.get("attempt", FINAL))
+            sender = p.get("verifier")  # set when a peer sent it: only the sequence's verifier
+            if sender is None or self.verifier_of.get(p["gen"]) in (None, sender):
+                self.drop(p["gen"], p.get("attempt", FINAL))
         elif kind == "config":
             self.apply_pipeline_config(p)
         else:
@@ -116,6 +118,8 @@ class DraftLoop(BaseLoop):
         ks, ns, shadow_n, shadow_ok = [], [], 0, 0
         for r in p["results"]:
             gid = r["seq_id"]
+            if self.verifier_of.get(gid) != p["verifier"]:  # not this verifier's sequence
+                continue
             k = self.drafted_k.pop(gid, 0)
             if k:
                 ks.append(k)

@@ -122,12 +122,14 @@ class VerifyLoop(BaseLoop):
             from inference.engine.messages import Draft
 
             now = time.monotonic()
+            sender = p.get("drafter")  # the real sender (wire.receive names it)
             for gid in p.get("plain", []):  # the drafter cannot serve it: decode plainly
-                if gid in self.seqs:
+                if gid in self.seqs and self.seqs[gid].drafter == sender:
                     self.seqs[gid].drafter = None
             for d in p["drafts"]:
                 draft = Draft.from_json(d)
-                if draft.seq_id in self.seqs:
+                # only the sequence's own drafter drafts for it (not another node's word)
+                if draft.seq_id in self.seqs and self.seqs[draft.seq_id].drafter == sender:
                     self.pending[draft.seq_id] = (draft.tokens, draft.probs, now)
                     sent = self.sent_at.pop(draft.seq_id, None)
                     if sent is not None:

@@ -122,3 +122,27 @@ def test_shadow_drafts_at_k0_bring_drafting_back(monkeypatch):
     # the shadow drafted token 7 for a few sequences; the verifier now emits 7 again
     back = rounds(loop, sent, 40, accept=lambda k: k)
     assert max(back) > 0
+
+
+def test_only_a_sequences_own_peers_act_on_it(monkeypatch):
+    """Within a pipeline too, a node acts only as itself: drafts for a sequence come from its
+    own drafter (`wire.receive` names the real sender), results and cancels from its own
+    verifier; another node's word is ignored."""
+    from types import SimpleNamespace
+
+    from inference.worker.verify import VerifyLoop, VSeq
+
+    v = VerifyLoop(engine=SimpleNamespace(tokenizer=None), node_id=1, pipeline_id=1, config={})
+    v.seqs["g"] = VSeq("g", 1, 5, 1, 0, detok=None)  # type: ignore[arg-type]
+    draft = {"seq_id": "g", "tokens": [3], "probs": None}
+    v.handle("drafts", {"drafter": 6, "drafts": [draft], "plain": ["g"]})
+    assert "g" not in v.pending and v.seqs["g"].drafter == 5
+    v.handle("drafts", {"drafter": 5, "drafts": [draft]})
+    assert "g" in v.pending
+
+    sent: list = []
+    d, gens = make_loop(monkeypatch, sent)
+    d.handle("cancel", {"gen": gens[0], "verifier": 99})  # not its verifier: ignored
+    assert gens[0] in d.verifier_of
+    d.handle("cancel", {"gen": gens[0], "verifier": 1})
+    assert gens[0] not in d.verifier_of
