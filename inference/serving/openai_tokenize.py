@@ -27,9 +27,9 @@ from django.http import JsonResponse
 from fleet.accounts.access import can
 from inference.serving.openai_api import (
     Caller,
-    _refuse_while_warming_up,
-    _usable_pipelines,
     endpoint,
+    refuse_while_warming_up,
+    usable_pipelines,
 )
 from inference.serving.openai_format import OpenAIError
 from inference.serving.openai_request import message_text
@@ -52,7 +52,7 @@ def _tokenizer(user, model) -> ModelTokenizer:
     """Sync: the tokenizer of the named pipeline, or of the only one the caller may use when
     `model` is left out; 404 for a model the caller may not use, as /v1/models hides it."""
     if model is None:
-        usable = _usable_pipelines(user)
+        usable = usable_pipelines(user)
         if len(usable) != 1:
             raise OpenAIError(
                 400,
@@ -65,7 +65,7 @@ def _tokenizer(user, model) -> ModelTokenizer:
         pipeline = pipeline_named(model)
         if not can(user, "generate", pipeline):
             raise ModelNotFound(model)
-    _refuse_while_warming_up(pipeline)
+    refuse_while_warming_up(pipeline)
     return tokenizer_for(pipeline)
 
 
