@@ -20,7 +20,8 @@ Not exported (no data behind them): prompt tokens, e2e/queue/prefill times, KV-c
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -65,7 +66,7 @@ class _Engine:
         self.waiting += one.waiting
 
 
-def engines(series: dict[tuple, object]) -> dict[tuple[str, str], _Engine]:
+def engines(series: Mapping[tuple, Any]) -> dict[tuple[str, str], _Engine]:
     """(pipeline, simulated) -> the sum of its verifier series. `series` is the collector's:
     label tuples (pipeline, [node,] role, simulated) -> _Series. Nodes in no pipeline are
     left out (no model name to give them)."""
@@ -78,7 +79,7 @@ def engines(series: dict[tuple, object]) -> dict[tuple[str, str], _Engine]:
     return out
 
 
-def families(series: dict[tuple, object], cumulative) -> Iterator:
+def families(series: Mapping[tuple, Any], cumulative) -> Iterator:
     """The vLLM-named families of the collector's series; `cumulative(counts)` turns a
     histogram's per-bucket counts into Prometheus' (le, cumulative count) pairs."""
     counters = {

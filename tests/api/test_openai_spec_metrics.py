@@ -42,6 +42,7 @@ def with_spec(text: str, counters, *, prompt_tokens: int = 6) -> list:
 def test_the_figures_of_one_generation():
     spec = wire.done_event("stop", 1, 2, spec=A)["spec"]
     got = speculative_decoding([spec])
+    assert got is not None
     assert got == {
         "num_drafts": 6,
         "num_draft_tokens": 22,
@@ -60,6 +61,7 @@ def test_the_figures_of_one_generation():
     assert speculative_decoding([None]) is None
     plain = wire.done_event("stop", 1, 2, spec=Counters(0, 0, 0, [], []))["spec"]
     got = speculative_decoding([plain])  # plain decoding: no drafts, nothing accepted
+    assert got is not None
     assert got["num_drafts"] == 0 and got["draft_acceptance_rate"] is None
     assert got["mean_acceptance_length"] == 1.0 and got["acceptance_histogram"] == [0]
 
