@@ -4,6 +4,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from fleet.health import health, healthz, ping, version_view
+from inference.serving import openai_tokenize
 
 api_v1 = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
@@ -22,6 +23,10 @@ urlpatterns = [
     path("health", health, name="health"),  # the probes vLLM-compatible clients send
     path("ping", ping, name="ping"),
     path("version", version_view, name="version"),
+    # vLLM's tokenizer endpoints (its paths: no /v1 prefix), with /v1's keys and errors
+    path("tokenize", openai_tokenize.tokenize, name="tokenize"),
+    path("detokenize", openai_tokenize.detokenize, name="detokenize"),
+    path("tokenizer_info", openai_tokenize.tokenizer_info, name="tokenizer-info"),
     path("admin/", admin.site.urls),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),

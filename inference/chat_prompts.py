@@ -14,13 +14,24 @@ import functools
 CHATML_START, CHATML_END = "<|im_start|>", "<|im_end|>"
 
 
-def render(messages: list[dict[str, str]], *, template: str | None, chatml: bool) -> str:
+def render(
+    messages: list[dict[str, str]],
+    *,
+    template: str | None,
+    chatml: bool,
+    add_generation_prompt: bool = True,
+) -> str:
+    """The prompt text; `add_generation_prompt` False leaves the assistant's turn unopened
+    (what `/tokenize` may ask for, as transformers' apply_chat_template)."""
     if template:
-        return compiled(template).render(messages=messages, add_generation_prompt=True)
+        return compiled(template).render(
+            messages=messages, add_generation_prompt=add_generation_prompt
+        )
     if chatml:
         body = "".join(f"{CHATML_START}{m['role']}\n{m['content']}{CHATML_END}\n" for m in messages)
-        return body + f"{CHATML_START}assistant\n"
-    return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"
+        return body + (f"{CHATML_START}assistant\n" if add_generation_prompt else "")
+    body = "".join(f"{m['role']}: {m['content']}\n" for m in messages)
+    return body + ("assistant:" if add_generation_prompt else "")
 
 
 def knows_chatml(tk) -> bool:

@@ -21,6 +21,9 @@ Stream events are JSON objects:
           (on the first event of an attempt: this tokens event, or the done event of a
           max_tokens 0 request; shapes in inference/engine/logprobs.py)
     {"type": "done", "finish_reason": "..", "usage": {"prompt_tokens": .., "completion_tokens": ..}}
+        + "spec": {"num_drafts", "num_draft_tokens", "num_accepted_tokens",
+          "num_accepted_tokens_per_pos", "num_draft_tokens_per_pos"}: the finished attempt's
+          speculative-decoding counters (SPEC_FIELDS), from the verifier
     {"type": "error", "error": ".."}
     {"type": "requeued", "reason": ".."}   # after a re-route; tokens are NOT resent
 
@@ -85,6 +88,17 @@ class DoneEvent(TypedDict):
     finish_reason: str
     usage: dict[str, int]
     prompt_logprobs: NotRequired[list]
+    spec: NotRequired[dict[str, Any]]
+
+
+# The per-generation speculative-decoding counters a done event carries (vLLM's names).
+SPEC_FIELDS = (
+    "num_drafts",
+    "num_draft_tokens",
+    "num_accepted_tokens",
+    "num_accepted_tokens_per_pos",
+    "num_draft_tokens_per_pos",
+)
 
 
 class ErrorEvent(TypedDict):
@@ -136,12 +150,18 @@ def with_logprobs(
     return event
 
 
-def done_event(finish_reason: str, prompt_tokens: int, completion_tokens: int) -> DoneEvent:
-    return {
+def done_event(
+    finish_reason: str, prompt_tokens: int, completion_tokens: int, *, spec=None
+) -> DoneEvent:
+    """`spec`: the generation's counters (any object with SPEC_FIELDS as attributes)."""
+    event: DoneEvent = {
         "type": "done",
         "finish_reason": finish_reason,
         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens},
     }
+    if spec is not None:
+        event["spec"] = {name: getattr(spec, name) for name in SPEC_FIELDS}
+    return event
 
 
 def error_event(error: str) -> ErrorEvent:

@@ -2,7 +2,8 @@
 
 A request that fails before DRF or the /v1 views see it (a body over the upload limit, an
 unknown URL, an exception nothing caught) would otherwise get Django's HTML page. API clients
-get the API's own shape: `{"detail": ...}` under /api/, OpenAI's error object under /v1/.
+get the API's own shape: `{"detail": ...}` under /api/, OpenAI's error object under /v1/
+and on vLLM's tokenizer paths (/tokenize, /detokenize, /tokenizer_info).
 Pages keep Django's defaults."""
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ from django.http import JsonResponse
 from django.views import defaults
 
 API_PREFIX, OPENAI_PREFIX = "/api/", "/v1/"
+OPENAI_PATHS = frozenset({"/tokenize", "/detokenize", "/tokenizer_info"})
 
 
 def _json(request, status: int, message: str, code: str) -> JsonResponse | None:
     path = request.path
-    if path.startswith(OPENAI_PREFIX):
+    if path.startswith(OPENAI_PREFIX) or path in OPENAI_PATHS:
         kind = "server_error" if status >= 500 else "invalid_request_error"
         body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
         return JsonResponse(body, status=status)

@@ -20,6 +20,7 @@ Two shapes, the same metric names:
 - per node (`?per_node=1`, or TANDEM_METRICS_PER_NODE=1): one series per node, as before, plus
   `tandem:node_state`. About 7 KB of text a node: for small fleets.
 Both read the snapshot's node entries, never its pipeline messages (every node row again).
+Both also carry vLLM's own names (`vllm:spec_decode_...`, per pipeline: `metrics_vllm`).
 
 Access:
 - `Authorization: Bearer <TANDEM_METRICS_TOKEN>` when that environment variable is set, or
@@ -48,7 +49,7 @@ from fleet.accounts.access import can
 from fleet.accounts.authentication import bearer_token
 from fleet.accounts.principal import Refused, principal_for
 from fleet.accounts.secrets import same
-from fleet.telemetry import admission
+from fleet.telemetry import admission, metrics_vllm
 from fleet.telemetry.ingest import client
 from fleet.telemetry.samples import LATENCY_BUCKETS
 from fleet.telemetry.snapshot import LIVE_KEY
@@ -285,6 +286,7 @@ class SnapshotCollector:
             yield state
         yield nodes
         yield from self._pipelines(pipelines.values())
+        yield from metrics_vllm.families(series, _cumulative)
         yield from self._fleet(fleet, snap.get("meta") or {})
 
     def _pipelines(self, summaries):

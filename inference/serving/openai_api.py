@@ -200,20 +200,20 @@ def _model_object(pipeline) -> dict:
     }
 
 
-def _usable_pipelines(user) -> list:
+def usable_pipelines(user) -> list:
     return [p for p in servable_pipelines() if can(user, "generate", p)]
 
 
 @endpoint("GET", "view")
 async def models_list(request, caller: Caller):
     """Pipelines the caller may send requests to (none for a viewer, who may not generate)."""
-    pipelines = await sync_to_async(_usable_pipelines)(caller.user)
+    pipelines = await sync_to_async(usable_pipelines)(caller.user)
     return JsonResponse({"object": "list", "data": [_model_object(p) for p in pipelines]})
 
 
 @endpoint("GET", "view")
 async def model_detail(request, caller: Caller, model: str):
-    pipelines = await sync_to_async(_usable_pipelines)(caller.user)
+    pipelines = await sync_to_async(usable_pipelines)(caller.user)
     for pipeline in pipelines:
         if pipeline.name == model:
             return JsonResponse(_model_object(pipeline))
@@ -243,7 +243,7 @@ def _prepare(
     prompt is rendered from the pipeline's chat template: a callable); with `logprobs`, the
     tokenizer too (token texts)."""
     pipeline = pipeline_named(body.get("model"))
-    _refuse_while_warming_up(pipeline)
+    refuse_while_warming_up(pipeline)
     prepared = [
         prepare(
             pipeline=pipeline,
@@ -264,7 +264,7 @@ def _prepare(
     return prepared, tokenizer_for(pipeline) if logprobs else None
 
 
-def _refuse_while_warming_up(pipeline) -> None:
+def refuse_while_warming_up(pipeline) -> None:
     """503 + Retry-After while the pipeline's model files are still being made (trained,
     converted); a pipeline whose files are simply missing keeps its 400."""
     try:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from django.http import JsonResponse
 
 from inference.models import Generation
+from inference.serving import openai_spec
 from inference.serving.openai_logprobs import chat_logprobs, completion_logprobs
 from inference.serving.request_rules import ModelNotFound, RequestError
 from inference.serving.tokenization import ModelTokenizer
@@ -82,6 +83,7 @@ class Choice:
     completion_tokens: int = 0
     finish_reason: str | None = None  # OpenAI's, once done
     sent_chars: int = 0  # a stream's text so far (for text_offset)
+    spec: dict | None = None  # the done event's speculative-decoding counters
 
     def take(self, event: dict) -> None:
         """Fold a tokens or done event of this generation's stream in."""
@@ -96,6 +98,7 @@ class Choice:
             usage = event.get("usage") or {}
             self.completion_tokens = usage.get("completion_tokens", self.completion_tokens)
             self.finish_reason = openai_finish_reason(event.get("finish_reason"))
+            self.spec = event.get("spec")
 
     @property
     def cumulative_logprob(self) -> float:
@@ -202,7 +205,7 @@ def full_body(job: Job) -> dict:
                 "finish_reason": c.finish_reason,
             }
         choices.append(choice)
-    return {
+    body = {
         "id": job.id,
         "object": job.object,
         "created": job.created,
@@ -211,6 +214,9 @@ def full_body(job: Job) -> dict:
         "choices": choices,
         "usage": job.usage(),
     }
+    if job.options.spec_metrics:
+        body["metrics"] = openai_spec.metrics(job.choices)
+    return body
 
 
 def chunk(

@@ -41,6 +41,7 @@ class Options:
     best_of: int = 1  # samples per prompt (>= n): the n with the highest logprob are returned
     logprobs: int | None = None  # alternatives per token; None: no logprobs asked
     echo: bool = False  # completions: the prompt (and its logprobs) before the completion
+    spec_metrics: bool = False  # "return_spec_metrics": per-request figures (openai_spec)
 
     @property
     def sample_logprobs(self) -> int | None:
@@ -94,6 +95,7 @@ def common_options(body: dict, *, chat: bool = False) -> Options:
             400, "'stream_options.include_usage' must be a boolean.", param="stream_options"
         )
     options = Options(stream=stream, include_usage=include_usage, n=n, best_of=n)
+    options.spec_metrics = _flag(body, "return_spec_metrics")
     if chat:
         top = _count(body, "top_logprobs", 0, MAX_LOGPROBS, 0)
         if _flag(body, "logprobs"):

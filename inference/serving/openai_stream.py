@@ -21,7 +21,7 @@ from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
 
 from inference import services
 from inference.models import Generation
-from inference.serving import sse
+from inference.serving import openai_spec, sse
 from inference.serving.openai_format import Choice, Job, OpenAIError, chunk, full_body, sse_data
 
 log = logging.getLogger(__name__)
@@ -197,7 +197,10 @@ class _Writer:
             else:
                 self.left.discard(i)
                 text = "" if not job.chat else None
-                out.append(sse_data(chunk(job, c, text=text, reason=c.finish_reason)))
+                last = chunk(job, c, text=text, reason=c.finish_reason)
+                if job.options.spec_metrics and not self.left and not job.options.include_usage:
+                    last["metrics"] = openai_spec.metrics(job.choices)  # on the final chunk
+                out.append(sse_data(last))
         if run:
             out.append(self._text_chunk(run_of, "".join(run)))  # type: ignore[arg-type]
         return out
@@ -221,7 +224,10 @@ async def _sse(job: Job) -> AsyncIterator[bytes]:
                 break
             if not writer.left and job.options.include_usage:
                 usage = {k: v for k, v in chunk(job).items() if k != "choices"}
-                out.append(sse_data(usage | {"choices": [], "usage": job.usage()}))
+                usage |= {"choices": [], "usage": job.usage()}
+                if job.options.spec_metrics:
+                    usage["metrics"] = openai_spec.metrics(job.choices)
+                out.append(sse_data(usage))
             if not writer.left:
                 out.append(DONE)
                 yield b"".join(out)

@@ -44,9 +44,16 @@ class ModelTokenizer:
     def decode(self, ids: list[int]) -> str:
         return self.tk.decode(list(ids), skip_special_tokens=True)
 
-    def chat_prompt(self, messages: list[dict[str, str]]) -> str:
+    def chat_prompt(
+        self, messages: list[dict[str, str]], *, add_generation_prompt: bool = True
+    ) -> str:
         """The prompt text of a conversation (`inference.chat_prompts`)."""
-        return chat_prompts.render(messages, template=self.chat_template, chatml=self.chatml)
+        return chat_prompts.render(
+            messages,
+            template=self.chat_template,
+            chatml=self.chatml,
+            add_generation_prompt=add_generation_prompt,
+        )
 
 
 _cache: dict[tuple[str, float, float], ModelTokenizer] = {}

@@ -434,9 +434,11 @@ class VerifyLoop(BaseLoop):
                 events.append((seq.gen, wire.with_logprobs(event, logprobs=r.logprobs, prompt=plp)))
                 plp = None
             if r.finished:
-                done = wire.done_event(r.finish_reason or "stop", seq.prompt_len, len(seq.tokens))
+                counters = self._finish(seq, r.finish_reason or "stop")
+                done = wire.done_event(
+                    r.finish_reason or "stop", seq.prompt_len, len(seq.tokens), spec=counters
+                )
                 events.append((seq.gen, wire.with_logprobs(done, prompt=plp)))
-                self._finish(seq, r.finish_reason or "stop")
             if seq.drafter is None:
                 continue
             if not r.finished:
@@ -456,7 +458,8 @@ class VerifyLoop(BaseLoop):
         self.stats.record_latencies(itl_s=itl)
         return events
 
-    def _finish(self, seq: VSeq, finish_reason: str) -> None:
+    def _finish(self, seq: VSeq, finish_reason: str):
+        """Free the sequence and report its finish; returns its counters (or None)."""
         counters = self.engine.free(seq.gen)
         self.seqs.pop(seq.gen, None)
         self.pending.pop(seq.gen, None)
@@ -474,6 +477,7 @@ class VerifyLoop(BaseLoop):
             counters=counters.to_dict() if counters is not None else {},
             itl_ms=itl_summary(seq.itl_ms),
         )
+        return counters
 
     def _fail(self, seq: VSeq, error: str) -> None:
         self.tombstones.add(seq.gen, seq.attempt)

@@ -6,6 +6,7 @@ first-request example is the command that runs."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -15,6 +16,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,11 +65,19 @@ def _request(url, *, body=None, key=None, method=None, timeout=30):
 
 @pytest.fixture(scope="module")
 def up(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("newcomer")
+    with started_up(tmp_path_factory.mktemp("newcomer")) as one:
+        yield one
+
+
+@contextlib.contextmanager
+def started_up(tmp: Path, **env_overrides: str) -> Iterator[Up]:
+    """`manage.py up` from a clean data directory under `tmp`, with an admin API key; the
+    defaults a newcomer gets unless `env_overrides` (e.g. TANDEM_DEFAULT_PIPELINES)."""
     data_dir, port = tmp / "data", free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
     env.update(TANDEM_DATA_DIR=str(data_dir), TANDEM_PORT=str(port), PYTHONUNBUFFERED="1")
     env.pop("TANDEM_DEFAULT_PIPELINES", None)  # the defaults a newcomer gets
+    env.update(env_overrides)
     log = tmp / "up.log"
     started = time.monotonic()
     with log.open("w") as out:

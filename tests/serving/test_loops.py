@@ -116,6 +116,12 @@ def test_loops_reproduce_the_engine(kind, transactional_db, tmp_path, wired):
     ledger_settled()
     assert Generation.objects.filter(state="finished").count() == len(gens)
     assert verifier.slots()["slots_used"] == 0
+    for g in gens:  # the done event carries the counters the ledger got (return_spec_metrics)
+        g.refresh_from_db()
+        done = streamed[str(g.pk)][-1]
+        assert done["spec"] == {name: g.counters[name] for name in wire.SPEC_FIELDS}
+    if kind == "ngram":
+        assert sum(streamed[str(g.pk)][-1]["spec"]["num_drafts"] for g in gens) > 0
     if kind == "ngram":
         assert all(g.drafter_id for g in gens)
         drafter_loop = next(wired[n.pk] for n, r, _ in nodes if r == "draft")
