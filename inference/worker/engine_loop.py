@@ -20,6 +20,7 @@ from collections import OrderedDict
 from typing import Any
 
 from fleet import redis_clients
+from fleet.logs import Throttled
 from inference import node_reports, wire
 from inference.worker.live_figures import LoopStats
 
@@ -70,6 +71,7 @@ class BaseLoop:
         self.stats = LoopStats()
         self.tombstones = Tombstones()
         self.stopping = threading.Event()
+        self.quiet = Throttled(logger, every_s=30.0)  # Redis away: one line, then a summary
         self._writes: queue.Queue = queue.Queue()
         self._inspect_dirty = True
         self._inspect_at = 0.0
@@ -101,8 +103,9 @@ class BaseLoop:
             try:
                 for kind, payload in wire.receive(self.node_id, timeout_s=1.0):
                     self.inbox.put((kind, payload))
-            except Exception:  # Redis away for a moment: retry, never die
-                logger.exception("node %s: reading round messages failed", self.node_id)
+                self.quiet.clear("node %s: Redis reachable again", self.node_id)
+            except Exception as exc:  # Redis away for a moment: retry, never die
+                self.quiet.error("node %s: reading round messages failed: %r", self.node_id, exc)
                 time.sleep(0.5)
 
     def _run(self) -> None:
@@ -172,8 +175,10 @@ class BaseLoop:
                 try:
                     self._send_reports(reports)
                     break
-                except Exception:
-                    logger.exception("node %s: reports not sent (try %d)", self.node_id, attempt)
+                except Exception as exc:
+                    self.quiet.error(
+                        "node %s: reports not sent (try %d): %r", self.node_id, attempt, exc
+                    )
                     time.sleep(0.2)
             for i in batch:
                 if callable(i):
@@ -215,8 +220,8 @@ class BaseLoop:
             redis_clients.client().set(
                 wire.inspect_key(self.node_id), json.dumps(self.inspect()), ex=3600
             )
-        except Exception:
-            logger.exception("node %s: inspect write failed", self.node_id)
+        except Exception as exc:
+            self.quiet.error("node %s: inspect write failed: %r", self.node_id, exc)
 
     def step(self) -> None:
         raise NotImplementedError
