@@ -19,6 +19,8 @@ import time
 from collections import OrderedDict
 from typing import Any
 
+import redis
+
 from fleet import redis_clients
 from fleet.logs import Throttled
 from inference import node_reports, wire
@@ -147,7 +149,22 @@ class BaseLoop:
 
     # -- side effects -----------------------------------------------------------------------------
     def send(self, node_id: int, kind: str, payload: dict[str, Any]) -> None:
-        wire.send(node_id, kind, payload)
+        self.retrying(wire.send, node_id, kind, payload)
+
+    def retrying(self, write, *args, give_up_s: float = 60.0) -> None:
+        """A round's write to Redis (a message to the other node, the stream's events),
+        retried while Redis is away (restarting under `up`: a second or a few), never dropped
+        after one failure: a round message lost stalls every sequence of the pair."""
+        deadline = time.monotonic() + give_up_s
+        while True:
+            try:
+                write(*args)
+                return
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                if self.stopping.is_set() or time.monotonic() > deadline:
+                    raise
+                self.quiet.error("node %s: Redis write failed, retrying: %r", self.node_id, exc)
+                time.sleep(0.2)
 
     def report(self, kind: str, **body: Any) -> None:
         """Queue a report for the ledger (never sent from inside a round)."""

@@ -84,3 +84,29 @@ def test_a_killed_embedded_redis_is_reaped_shown_and_restarted_with_its_data(tmp
         server.stop()
     assert _state(child.process.pid) == ""
     assert not (tmp_path / "redis" / "url").exists()
+
+
+def test_the_console_banner_says_redis_is_being_restarted(tmp_path, settings, client, admin):
+    """What the supervisor writes while Redis is down, as signed-in users see it."""
+    settings.DATA_DIR = tmp_path
+    server = EmbeddedRedis(tmp_path, record=False, persist=True)
+    server.start()
+    supervisor = Supervisor(
+        env=dict(os.environ),
+        log=lambda line: None,
+        policy=RestartPolicy(initial_backoff_s=60),  # stays down for the test
+        state_file=state_path(tmp_path),
+    )
+    try:
+        supervisor.adopt(server.child_spec(), server.process)
+        os.kill(server.process.pid, signal.SIGKILL)
+        _until(supervisor, lambda: supervisor.children[0].state == RESTARTING)
+        client.force_login(admin)
+        page = client.get("/").content.decode()
+        assert (
+            "Process <strong>redis</strong> was killed by SIGKILL; <code>manage.py up</code> "
+            "is restarting it." in page
+        ), page[:3000]
+    finally:
+        supervisor.stop_all()
+        server.stop()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 
+import pytest
+
 from inference.worker import engine_loop
 from inference.worker.engine_loop import BaseLoop
 from tests.foundation.helpers import free_port
@@ -38,3 +40,29 @@ def test_a_node_loop_logs_a_redis_outage_once(settings, monkeypatch, caplog):
     assert "reading round messages failed" in lines[0] and "Connection" in lines[0]
     assert "inspect write failed" in lines[1]
     assert all(r.exc_info is None for r in caplog.records)  # no traceback
+
+
+def test_a_round_message_is_retried_while_redis_restarts_not_dropped(monkeypatch, caplog):
+    """A drafter's drafts (or a verifier's results) lost to a Redis restart stalled every
+    sequence of the pair for good: the send is retried until Redis is back."""
+    import redis
+
+    loop = _Loop(node_id=987655, pipeline_id=1, config={})
+    sent, failures = [], iter(range(5))
+
+    def send(node_id, kind, payload):
+        if next(failures, None) is not None:
+            raise redis.ConnectionError("Connection refused")
+        sent.append((node_id, kind, payload))
+
+    monkeypatch.setattr(engine_loop.wire, "send", send)
+    monkeypatch.setattr(engine_loop.time, "sleep", lambda s: None)
+    with caplog.at_level(logging.INFO, logger=engine_loop.__name__):
+        loop.send(3, "drafts", {"drafts": []})
+    assert sent == [(3, "drafts", {"drafts": []})]
+    assert len(caplog.records) == 1  # one line for five failures
+
+    loop.stopping.set()  # stopping: no retry, the error surfaces
+    failures = iter(range(1))
+    with pytest.raises(redis.ConnectionError):
+        loop.send(3, "drafts", {"drafts": []})
