@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
+from typing import Any
 
 import redis
 from django.db import transaction
@@ -96,7 +97,7 @@ class _Starts:
     answers 503."""
 
     def __init__(self) -> None:
-        self.items: list[tuple[object, int, dict]] = []
+        self.items: list[tuple[Any, int, dict]] = []
 
     def flush(self) -> None:
         for i, (_gid, verifier_id, payload) in enumerate(self.items):

@@ -40,7 +40,8 @@ def test_a_killed_embedded_redis_is_reaped_shown_and_restarted_with_its_data(tmp
         state_file=state_path(tmp_path),
     )
     try:
-        supervisor.adopt(server.child_spec(), server.process)
+        assert server.process is not None
+        process = supervisor.adopt(server.child_spec(), server.process)
         client = redis.Redis.from_url(url)
         client.rpush("tandem:queue", "a", "b")
         client.xadd("tandem:stream", {"k": "v"})
@@ -49,7 +50,7 @@ def test_a_killed_embedded_redis_is_reaped_shown_and_restarted_with_its_data(tmp
         _until(supervisor, lambda: client.info("persistence")["aof_rewrite_in_progress"] == 0)
         assert (tmp_path / "redis" / "appendonly.aof").stat().st_size > 0
 
-        first = server.process.pid
+        first = process.pid
         os.kill(first, signal.SIGKILL)
         (child,) = supervisor.children
         killed_at = time.monotonic()
@@ -59,7 +60,8 @@ def test_a_killed_embedded_redis_is_reaped_shown_and_restarted_with_its_data(tmp
         assert shown["name"] == "redis" and "SIGKILL" in shown["last_exit"], shown
         _until(supervisor, lambda: child.state == RUNNING)
         assert time.monotonic() - killed_at >= 0.5  # after the backoff
-        assert child.process.pid != first and child.restarts == 1
+        assert child.process is not None and child.process.pid != first
+        assert child.restarts == 1
 
         def answers() -> bool:
             try:
@@ -82,7 +84,7 @@ def test_a_killed_embedded_redis_is_reaped_shown_and_restarted_with_its_data(tmp
     finally:
         supervisor.stop_all()
         server.stop()
-    assert _state(child.process.pid) == ""
+    assert child.process is not None and _state(child.process.pid) == ""
     assert not (tmp_path / "redis" / "url").exists()
 
 
@@ -98,8 +100,9 @@ def test_the_console_banner_says_redis_is_being_restarted(tmp_path, settings, cl
         state_file=state_path(tmp_path),
     )
     try:
-        supervisor.adopt(server.child_spec(), server.process)
-        os.kill(server.process.pid, signal.SIGKILL)
+        assert server.process is not None
+        process = supervisor.adopt(server.child_spec(), server.process)
+        os.kill(process.pid, signal.SIGKILL)
         _until(supervisor, lambda: supervisor.children[0].state == RESTARTING)
         client.force_login(admin)
         page = client.get("/").content.decode()
