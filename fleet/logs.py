@@ -28,6 +28,39 @@ class _Seen:
     suppressed: int = 0
 
 
+class _Gate:
+    """Which occurrences of a message pass: the first, then one per `every_s` (with how
+    many were held back)."""
+
+    def __init__(self, every_s: float, clock: Callable[[], float]):
+        self.every_s, self.clock = every_s, clock
+        self.seen: dict[str, _Seen] = {}
+        self.lock = threading.Lock()
+
+    def admit(self, key: str) -> tuple[bool, int]:
+        now = self.clock()
+        with self.lock:
+            seen = self.seen.get(key)
+            if seen is None:
+                if len(self.seen) >= 64:  # a bound: distinct formats are few in practice
+                    self.seen.clear()
+                self.seen[key] = _Seen(first=now, last_logged=now)
+                return True, 0
+            if now - seen.last_logged < self.every_s:
+                seen.suppressed += 1
+                return False, 0
+            suppressed, seen.suppressed, seen.last_logged = seen.suppressed, 0, now
+            return True, suppressed
+
+    def clear(self) -> bool:
+        with self.lock:
+            had, self.seen = bool(self.seen), {}
+        return had
+
+
+SUMMARY = " (%d more like this in the last %.0fs)"
+
+
 class Throttled:
     def __init__(
         self,
@@ -38,29 +71,16 @@ class Throttled:
     ):
         self.logger = logger
         self.every_s = every_s
-        self.clock = clock
-        self._seen: dict[str, _Seen] = {}
-        self._lock = threading.Lock()
+        self._gate = _Gate(every_s, clock)
 
     def log(self, level: int, msg: str, *args, **kwargs) -> bool:
         """Log `msg` if it is new or its period is over (with how many were left out);
         True when it was written."""
-        now = self.clock()
-        with self._lock:
-            seen = self._seen.get(msg)
-            if seen is None:
-                if len(self._seen) >= 64:  # a bound: distinct formats are few in practice
-                    self._seen.clear()
-                self._seen[msg] = _Seen(first=now, last_logged=now)
-                suppressed = 0
-            elif now - seen.last_logged < self.every_s:
-                seen.suppressed += 1
-                return False
-            else:
-                suppressed, seen.suppressed, seen.last_logged = seen.suppressed, 0, now
+        admitted, suppressed = self._gate.admit(msg)
+        if not admitted:
+            return False
         if suppressed:
-            msg = f"{msg} (%d more like this in the last %.0fs)"
-            args = (*args, suppressed, self.every_s)
+            msg, args = msg + SUMMARY, (*args, suppressed, self.every_s)
         self.logger.log(level, msg, *args, **kwargs)
         return True
 
@@ -73,7 +93,25 @@ class Throttled:
     def clear(self, recovered: str = "", *args) -> None:
         """The condition is over: the next occurrence is logged at once; `recovered` is
         logged (info) if anything had been logged since the last clear."""
-        with self._lock:
-            had, self._seen = bool(self._seen), {}
-        if had and recovered:
+        if self._gate.clear() and recovered:
             self.logger.info(recovered, *args)
+
+
+class ThrottleFilter(logging.Filter):
+    """The same bound for a library's logger (celery beat's "Message Error" traceback for
+    every scheduled task it cannot send while the broker is away): warnings and errors of
+    one format pass once per period, with how many were held back."""
+
+    def __init__(self, *, every_s: float = 30.0, clock: Callable[[], float] = time.monotonic):
+        super().__init__()
+        self.every_s = every_s
+        self._gate = _Gate(every_s, clock)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        admitted, suppressed = self._gate.admit(str(record.msg))
+        if admitted and suppressed:
+            args = record.args if isinstance(record.args, tuple) else (record.args,)
+            record.msg, record.args = f"{record.msg}{SUMMARY}", (*args, suppressed, self.every_s)
+        return admitted

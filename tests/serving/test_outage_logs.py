@@ -66,3 +66,20 @@ def test_a_round_message_is_retried_while_redis_restarts_not_dropped(monkeypatch
     failures = iter(range(1))
     with pytest.raises(redis.ConnectionError):
         loop.send(3, "drafts", {"drafts": []})
+
+
+def test_celery_beat_logs_an_unreachable_broker_once_per_period(caplog):
+    """Beat logs a traceback for every task it cannot send (the watchdog's, every second)."""
+    from celery.beat import logger as beat_logger
+
+    import fleet.celery  # noqa: F401  (installs the filter)
+
+    with caplog.at_level(logging.INFO, logger=beat_logger.name):
+        for _ in range(50):
+            try:
+                raise ConnectionRefusedError(111, "Connection refused")
+            except OSError as exc:
+                beat_logger.error("Message Error: %s\n%s", exc, ["stack"], exc_info=True)
+        beat_logger.info("Scheduler: Sending due task %s (%s)", "w", "tandem.w")
+    records = [r for r in caplog.records if r.name == beat_logger.name]
+    assert [r.levelno for r in records] == [logging.ERROR, logging.INFO]
