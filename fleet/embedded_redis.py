@@ -69,55 +69,81 @@ class EmbeddedRedis:
     """Starts a private redis-server on a free loopback port; `stop()` ends it.
 
     Loopback is not private on a shared machine: the server requires a random password, read
-    from a 0600 config file (not the command line, which any local user can read in /proc),
-    and the URL that carries it is recorded 0600 too."""
+    from its stdin (not a file, not the command line, which any local user can read in
+    /proc), and the URL that carries it is recorded 0600.
 
-    def __init__(self, data_dir: Path, *, record: bool = True):
+    `persist`: append-only file in the data directory (fsync every second), so queues,
+    streams and round state survive a restart. `manage.py up` supervises the server
+    (`child_spec()`): killed, it comes back on the same port with the same password and what
+    the append-only file holds."""
+
+    def __init__(self, data_dir: Path, *, record: bool = True, persist: bool = False):
         self.dir = Path(data_dir) / "redis"
         self.record = record
+        self.persist = persist
         self.process: subprocess.Popen | None = None
         self.url = ""
+        self.port = 0
+        self.password = ""
+
+    def argv(self) -> list[str]:
+        persistence = ["--appendonly", "yes", "--appendfsync", "everysec"]
+        return [
+            _binary(),
+            "-",  # the configuration (the password) comes on stdin
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            *(persistence if self.persist else ["--appendonly", "no"]),
+            "--dir",
+            str(self.dir),
+            "--loglevel",
+            "warning",
+        ]
+
+    def config(self) -> bytes:
+        return f"requirepass {self.password}\n".encode()
+
+    def child_spec(self):
+        """The supervisor's spec of this server: the same port, password and directory at
+        every restart."""
+        from fleet.launcher import ChildSpec
+
+        return ChildSpec(
+            name="redis", argv=self.argv(), stdin=self.config(), umask=0o077, stop_timeout_s=15
+        )
 
     def start(self, timeout: float = 10.0) -> str:
         private_dir(self.dir)
-        port = _free_port()
-        password = secrets.token_urlsafe(24)
-        config = self.dir / "redis.conf"
-        write_private(config, f"requirepass {password}\n")
+        self.port = self.port or _free_port()
+        self.password = self.password or secrets.token_urlsafe(24)
         self.process = subprocess.Popen(
-            [
-                _binary(),
-                str(config),
-                "--port",
-                str(port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                str(self.dir),
-                "--loglevel",
-                "warning",
-            ],
+            self.argv(),
+            stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             preexec_fn=_detach_and_die_with_parent,
         )
-        self.url = f"redis://:{password}@127.0.0.1:{port}/0"
+        assert self.process.stdin is not None
+        self.process.stdin.write(self.config())
+        self.process.stdin.close()
+        self.url = f"redis://:{self.password}@127.0.0.1:{self.port}/0"
         deadline = time.monotonic() + timeout
         while not _alive(self.url):
             if self.process.poll() is not None or time.monotonic() > deadline:
                 self.stop()
-                raise RuntimeError(f"embedded redis-server did not start on port {port}")
+                raise RuntimeError(f"embedded redis-server did not start on port {self.port}")
             time.sleep(0.05)
-        config.unlink(missing_ok=True)  # read at start; the password lives on in the URL only
         if self.record:
             write_private(self.dir / "url", self.url)
         return self.url
 
     def stop(self) -> None:
+        """Stops the server this object started (a supervisor stops its own restarts) and
+        removes the URL record."""
         if self.process and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -147,6 +173,6 @@ def ensure_redis_url(data_dir: Path) -> EmbeddedRedis | None:
     if found:
         os.environ["REDIS_URL"] = found
         return None
-    server = EmbeddedRedis(data_dir)
+    server = EmbeddedRedis(data_dir, persist=True)
     os.environ["REDIS_URL"] = server.start()
     return server

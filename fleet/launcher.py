@@ -87,6 +87,11 @@ class ChildSpec:
     # it: the child inherits the socket and finds its descriptor where argv says "{fd}".
     # Several web processes share one port this way (the kernel spreads the connections).
     listen: tuple[str, int] | None = None
+    # Written to the child's stdin at each start, then closed (the embedded Redis reads its
+    # configuration, password included, from there: never a file, never the command line).
+    stdin: bytes | None = None
+    # The child's umask (the embedded Redis: its files are its owner's only).
+    umask: int | None = None
 
 
 def _python() -> str:
@@ -189,6 +194,20 @@ def _die_with_parent() -> None:
         pass
 
 
+def _preexec(spec: ChildSpec) -> Callable[[], None] | None:
+    linux = sys.platform.startswith("linux")
+    if spec.umask is None:
+        return _die_with_parent if linux else None
+    umask = spec.umask
+
+    def hook() -> None:
+        os.umask(umask)
+        if linux:
+            _die_with_parent()
+
+    return hook
+
+
 def _group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -289,16 +308,28 @@ class Supervisor:
         if spec.listen is not None:
             fd = self._listening(spec.listen)
             argv, fds = [a.replace("{fd}", str(fd)) for a in argv], (fd,)
-        return subprocess.Popen(
+        process = subprocess.Popen(
             argv,
             pass_fds=fds,
             env={**self.env, **spec.env},
+            stdin=subprocess.PIPE if spec.stdin is not None else None,
             start_new_session=True,  # own process group: we decide when it gets a signal
-            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+            preexec_fn=_preexec(spec),
         )
+        if process.stdin is not None:
+            try:
+                process.stdin.write(spec.stdin or b"")
+                process.stdin.close()
+            except OSError:  # it died at once: noticed by the next check()
+                pass
+        return process
 
     def start(self, spec: ChildSpec) -> subprocess.Popen:
-        process = self._spawn(spec)
+        return self.adopt(spec, self._spawn(spec))
+
+    def adopt(self, spec: ChildSpec, process: subprocess.Popen) -> subprocess.Popen:
+        """Supervise a child started elsewhere (the embedded Redis, started before anything
+        else): from now on it is reaped, restarted from `spec` and stopped like the others."""
         self.children.append(Child(spec=spec, process=process))
         self.log(f"  started {spec.name:<12} pid {process.pid}")
         self._write_state()

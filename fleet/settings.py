@@ -323,6 +323,8 @@ CELERY_BEAT_SCHEDULE = {
     "mark-lost-nodes": {"task": "tandem.nodes.mark_lost", "schedule": float(HEARTBEAT_PERIOD_S)},
     # deadlines, and re-route (or fail) generations held by lost nodes
     "generations-watchdog": {"task": "tandem.generations.watchdog", "schedule": 1.0},
+    # configuration pushes left in the outbox by a Redis outage, until delivered
+    "config-push-outbox": {"task": "tandem.pipelines.deliver_pushes", "schedule": 2.0},
     # auto mode: the planner applies its recommendations (hysteresis and a minimum interval
     # per pipeline keep it from flapping; most passes change nothing)
     "planner-auto-mode": {"task": "tandem.planner.auto_mode", "schedule": 30.0},

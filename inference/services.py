@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
+from typing import Any
 
+import redis
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -84,10 +86,42 @@ def generation_submit(
         created_at=now,
         deadline=now + timedelta(seconds=float(timeout_s)),
     )
-    payload = start_payload(generation)
-    verifier_id = pair.verifier.pk
-    transaction.on_commit(lambda: wire.send(verifier_id, "start", payload))
+    _start_after_commit(generation.pk, pair.verifier.pk, start_payload(generation))
     return generation
+
+
+class _Starts:
+    """The start messages of the generations one transaction writes, sent after its commit.
+    If Redis cannot take one, that row and every later one of the batch is failed (no row
+    stays `queued` for a message that never left) and the error is raised: the caller
+    answers 503."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[Any, int, dict]] = []
+
+    def flush(self) -> None:
+        for i, (_gid, verifier_id, payload) in enumerate(self.items):
+            try:
+                wire.send(verifier_id, "start", payload)
+            except (redis.RedisError, OSError) as exc:
+                unsent = [g for g, _, _ in self.items[i:]]
+                Generation.objects.filter(pk__in=unsent, state=GenerationState.QUEUED).update(
+                    state=GenerationState.FAILED,
+                    finish_reason="error",
+                    error=f"not started: the message queue is unreachable ({type(exc).__name__})",
+                    finished_at=timezone.now(),
+                )
+                raise
+
+
+def _start_after_commit(gid, verifier_id: int, payload: dict) -> None:
+    connection = transaction.get_connection()
+    batch = getattr(connection, "tandem_starts", None)
+    pending = [func for _, func, _ in connection.run_on_commit]
+    if batch is None or batch.flush not in pending:  # none yet in this transaction
+        batch = connection.tandem_starts = _Starts()
+        transaction.on_commit(batch.flush)
+    batch.items.append((gid, verifier_id, payload))
 
 
 def _completion_tokens(generation_id, verifier_id: int | None) -> int:

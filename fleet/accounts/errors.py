@@ -1,6 +1,9 @@
 """One shape for API errors; conflicts and illegal transitions become 409, never 500."""
 
+import logging
+
 from django.core.exceptions import ValidationError as DjangoValidationError
+from redis.exceptions import RedisError
 from rest_framework import status
 from rest_framework.exceptions import APIException, ValidationError
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -12,10 +15,24 @@ class Conflict(APIException):
     default_code = "conflict"
 
 
+class Unavailable(APIException):
+    """A dependency (Redis) is unreachable for a moment: retry, nothing was half done."""
+
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_detail = "The message queue is unreachable for a moment; please retry."
+    default_code = "unavailable"
+
+
 def exception_handler(exc, context):
     if isinstance(exc, DjangoValidationError):
         exc = ValidationError(exc.message_dict if hasattr(exc, "error_dict") else exc.messages)
-    return drf_exception_handler(exc, context)
+    elif isinstance(exc, RedisError):
+        logging.getLogger(__name__).warning("API: Redis unreachable: %r", exc)
+        exc = Unavailable()
+    response = drf_exception_handler(exc, context)
+    if response is not None and isinstance(exc, Unavailable):
+        response["Retry-After"] = "2"
+    return response
 
 
 def errors_text(exc: Exception) -> str:

@@ -19,7 +19,7 @@ from fleet.nodes.api import IF_MATCH, RegistryErrorsMixin, node_response
 from fleet.nodes.api import expected_version as node_expected_version
 from fleet.nodes.models import Node
 from fleet.nodes.serializers import NodeSerializer
-from fleet.pipelines import api_placements, selectors, services
+from fleet.pipelines import api_placements, outbox, selectors, services
 from fleet.pipelines.models import (
     CONFIG_FIELDS,
     AuditEvent,
@@ -158,7 +158,7 @@ def _detail(pipeline: Pipeline, code=status.HTTP_200_OK) -> Response:
     pipeline = selectors.pipeline_counted().get(pk=pipeline.pk)
     response = Response(PipelineSerializer(pipeline).data, status=code)
     response["ETag"] = f'"{pipeline.version}"'
-    return response
+    return outbox.answer(response, pipeline.pk)  # 202 while its push to the nodes is pending
 
 
 class PipelineList(generics.ListCreateAPIView):
@@ -303,7 +303,7 @@ class _NodeAction(_Action):
             )
         response = Response(NodeActionResultSerializer(data).data)
         response["ETag"] = f'"{current.version}"'
-        return response
+        return outbox.answer(response, current.pk, pipeline.pk)
 
 
 class Place(_NodeAction):

@@ -14,7 +14,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from fleet.nodes.models import Node
-from fleet.pipelines import signals
+from fleet.pipelines import outbox, signals
 from fleet.pipelines.models import AuditEvent, Pipeline, PipelineRevision, Placement
 from fleet.pipelines.rules import StaleVersion
 
@@ -33,22 +33,20 @@ def push_config(pipeline_id: int, node_ids: list[int] | None = None) -> None:
         push_pipeline_config(pipeline, node_ids=node_ids)
 
 
-def _push(pipeline_id: int, node_ids: list[int] | None) -> None:
-    push_config(pipeline_id, node_ids)  # looked up at call time: tests replace push_config
-
-
 def push_after_commit(*pipeline_ids: int) -> None:
-    """A change of the pipeline's configuration: every worker of it gets it, after commit."""
+    """A change of the pipeline's configuration: every worker of it gets it, after commit,
+    through the outbox (recorded in this transaction, retried until delivered)."""
     for pid in dict.fromkeys(pipeline_ids):
-        transaction.on_commit(partial(_push, pid, None))
+        outbox.record(pid, None)
 
 
 def push_to_nodes_after_commit(pipeline_id: int, node_ids: list[int]) -> None:
     """A change of which nodes serve the pipeline (place, move, drain, return): the
-    pipeline's configuration and version go to the nodes that changed, after commit. The
-    other workers' configuration is the same; routing reads placements and node states from
-    the database. (Pushing to all of a 2,500-node pipeline costs seconds per action.)"""
-    transaction.on_commit(partial(_push, pipeline_id, list(node_ids)))
+    pipeline's configuration and version go to the nodes that changed, after commit, through
+    the outbox. The other workers' configuration is the same; routing reads placements and
+    node states from the database. (Pushing to all of a 2,500-node pipeline costs seconds
+    per action.)"""
+    outbox.record(pipeline_id, list(node_ids))
 
 
 def _committed(event: AuditEvent) -> None:

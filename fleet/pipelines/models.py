@@ -140,3 +140,22 @@ class AuditEvent(models.Model):
     def changes(self):
         """What changed, field by field (`label: old → new`), for people to read."""
         return audit_changes(self.before or {}, self.after or {})
+
+
+class ConfigPush(models.Model):
+    """The outbox of configuration pushes: written in the change's own transaction, sent to
+    the pipeline's workers after commit, deleted once delivered, retried until then
+    (`fleet.pipelines.outbox`). A push sends the pipeline's configuration as it is when
+    delivered: a late one never rolls a node back."""
+
+    pipeline = models.ForeignKey(Pipeline, on_delete=models.CASCADE, related_name="+")
+    node_ids = models.JSONField(null=True, blank=True, help_text="null: every placed node")
+    created_at = models.DateTimeField(default=timezone.now)
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"push of pipeline {self.pipeline_id} (attempts {self.attempts})"

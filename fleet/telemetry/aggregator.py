@@ -32,6 +32,7 @@ import uuid
 
 from asgiref.sync import sync_to_async
 
+from fleet.logs import Throttled
 from fleet.redis_clients import REFRESH_LEADER_LOCK
 from fleet.telemetry import feed, notices, partials, payloads, shards
 from fleet.telemetry.aggregation import (
@@ -88,7 +89,7 @@ class Aggregator(Aggregation):
         import redis.asyncio as aioredis
         from channels.layers import get_channel_layer
 
-        layer = layer or get_channel_layer()
+        layer, quiet = layer or get_channel_layer(), Throttled(log, every_s=30.0)
         r = aioredis.from_url(redis_url)
         background: set[asyncio.Task] = set()
         self.owned = frozenset()
@@ -101,7 +102,7 @@ class Aggregator(Aggregation):
                 try:
                     await self._serve(r, layer, stop, background)
                 except (ConnectionError, OSError, aioredis.RedisError) as exc:
-                    log.warning("aggregator: redis error %s; retrying in 1s", exc)
+                    quiet.warning("aggregator: redis error %s; retrying every 1s", exc)
                     self.set_owned(frozenset())
                     await asyncio.sleep(1.0)
         finally:

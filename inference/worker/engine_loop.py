@@ -21,7 +21,10 @@ import time
 from collections import OrderedDict
 from typing import Any
 
+import redis
+
 from fleet import redis_clients
+from fleet.logs import Throttled
 from inference import node_reports, wire
 from inference.worker.live_figures import LoopStats
 
@@ -86,6 +89,7 @@ class BaseLoop:
         self.stats = LoopStats()
         self.tombstones = Tombstones()
         self.stopping = threading.Event()
+        self.quiet = Throttled(logger, every_s=30.0)  # Redis away: one line, then a summary
         self._writes: queue.Queue = queue.Queue()
         self._inspect_dirty = True
         self._inspect_at = 0.0
@@ -134,8 +138,9 @@ class BaseLoop:
                     elif kind == "config":
                         self.peers.update(int(p) for p in payload.get("peers") or ())
                     self.inbox.put((kind, payload))
-            except Exception:  # Redis away for a moment: retry, never die
-                logger.exception("node %s: reading round messages failed", self.node_id)
+                self.quiet.clear("node %s: Redis reachable again", self.node_id)
+            except Exception as exc:  # Redis away for a moment: retry, never die
+                self.quiet.error("node %s: reading round messages failed: %r", self.node_id, exc)
                 time.sleep(0.5)
 
     def prepare(self) -> None:
@@ -185,7 +190,22 @@ class BaseLoop:
     # -- side effects -----------------------------------------------------------------------------
     def send(self, node_id: int, kind: str, payload: dict[str, Any]) -> None:
         """A round message to another node: on this node's outbox for it."""
-        wire.send_from(self.node_id, node_id, kind, payload)
+        self.retrying(wire.send_from, self.node_id, node_id, kind, payload)
+
+    def retrying(self, write, *args, give_up_s: float = 60.0, **kwargs) -> None:
+        """A round's write to Redis (a message to the other node, the stream's events),
+        retried while Redis is away (restarting under `up`: a second or a few), never dropped
+        after one failure: a round message lost stalls every sequence of the pair."""
+        deadline = time.monotonic() + give_up_s
+        while True:
+            try:
+                write(*args, **kwargs)
+                return
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                if self.stopping.is_set() or time.monotonic() > deadline:
+                    raise
+                self.quiet.error("node %s: Redis write failed, retrying: %r", self.node_id, exc)
+                time.sleep(0.2)
 
     def report(self, kind: str, **body: Any) -> None:
         """Queue a report for the ledger (never sent from inside a round)."""
@@ -213,8 +233,10 @@ class BaseLoop:
                 try:
                     self._send_reports(reports)
                     break
-                except Exception:
-                    logger.exception("node %s: reports not sent (try %d)", self.node_id, attempt)
+                except Exception as exc:
+                    self.quiet.error(
+                        "node %s: reports not sent (try %d): %r", self.node_id, attempt, exc
+                    )
                     time.sleep(0.2)
             for i in batch:
                 if callable(i):
@@ -256,8 +278,8 @@ class BaseLoop:
             redis_clients.client().set(
                 wire.inspect_key(self.node_id), json.dumps(self.inspect()), ex=3600
             )
-        except Exception:
-            logger.exception("node %s: inspect write failed", self.node_id)
+        except Exception as exc:
+            self.quiet.error("node %s: inspect write failed: %r", self.node_id, exc)
 
     def step(self) -> None:
         raise NotImplementedError

@@ -282,7 +282,7 @@ class VerifyLoop(BaseLoop):
         if first:
             self.stats.record_latencies(ttft_s=ttft)
             self.report("first_token", ids=first, at=now.timestamp())
-            wire.publish_many(events, node=self.node_id)
+            self.retrying(wire.publish_many, events, node=self.node_id)
             self._flush_deferred()
 
     def _start(self, starts: list[dict]) -> None:
@@ -402,7 +402,7 @@ class VerifyLoop(BaseLoop):
             self.send(drafter, "results", payload)
         self._flush_deferred()
         t3 = time.perf_counter()
-        wire.publish_many(events, node=self.node_id)
+        self.retrying(wire.publish_many, events, node=self.node_id)
         phase = self.stats.add_phase
         phase("verify_forward", t1 - t0)
         phase("verify_emit", t2 - t1)
@@ -482,7 +482,7 @@ class VerifyLoop(BaseLoop):
     def _fail(self, seq: VSeq, error: str) -> None:
         self.tombstones.add(seq.gen, seq.attempt)
         self.stats.errors += 1
-        wire.publish(seq.gen, wire.error_event(error), node=self.node_id)
+        self.retrying(wire.publish, seq.gen, wire.error_event(error), node=self.node_id)
         self.report(
             "finish",
             gen=seq.gen,

@@ -1,7 +1,8 @@
 """`manage.py up`: everything Tandem needs on one machine, until Ctrl-C.
 
-Redis (embedded, unless REDIS_URL is set), migrations, a first admin account, static files,
-the control-plane Celery worker, the node workers, the simulator and the ASGI web server.
+Redis (embedded, unless REDIS_URL is set; supervised and persistent), migrations, a first
+admin account, static files, the control-plane Celery worker, the node workers, the
+simulator and the ASGI web server.
 Children are supervised by `fleet.launcher`: one that dies is restarted with backoff while
 the others keep serving. A node worker's death is reported to the control plane at once
 (`_node_child_exited`), so its generations are re-routed or ended within a second.
@@ -112,8 +113,8 @@ class Command(BaseCommand):
         exit_code = 0
         try:
             redis_server = ensure_redis_url(settings.DATA_DIR)
-            if redis_server:
-                self._say(f"  started redis        pid {redis_server.process.pid} (embedded)")
+            if redis_server and redis_server.process:  # supervised: restarted if it dies
+                supervisor.adopt(redis_server.child_spec(), redis_server.process)
             settings.REDIS_URL = env_str("REDIS_URL")
             _use_started_redis(settings.REDIS_URL)
 
@@ -150,10 +151,9 @@ class Command(BaseCommand):
             exit_code = 1
         finally:
             self._say("\nStopping Tandem...")
-            supervisor.stop_all()
+            supervisor.stop_all()  # the embedded Redis, started first, stops last
             if redis_server:
-                self._say(f"  stopping redis       pid {redis_server.process.pid}")
-                redis_server.stop()
+                redis_server.stop()  # its URL record
             self._say("Stopped.")
         if exit_code:
             sys.exit(exit_code)
