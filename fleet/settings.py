@@ -321,6 +321,8 @@ HEARTBEAT_TOLERANCE = env_int("TANDEM_HEARTBEAT_TOLERANCE", 3, minimum=1)
 # Periodic control-plane work, run by the control worker's embedded beat (`manage.py up`).
 CELERY_BEAT_SCHEDULE = {
     "mark-lost-nodes": {"task": "tandem.nodes.mark_lost", "schedule": float(HEARTBEAT_PERIOD_S)},
+    # node Redis users are in Redis's memory only: set again after a Redis restart
+    "redis-acl-resync": {"task": "tandem.nodes.redis_acl_resync", "schedule": 2.0},
     # deadlines, and re-route (or fail) generations held by lost nodes
     "generations-watchdog": {"task": "tandem.generations.watchdog", "schedule": 1.0},
     # configuration pushes left in the outbox by a Redis outage, until delivered

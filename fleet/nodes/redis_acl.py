@@ -121,3 +121,31 @@ def node_url(base_url: str, node_id: int, password: str) -> str:
     if parts.port:
         netloc += f":{parts.port}"
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+RUN_ID_KEY = "tandem:acl:run_id"  # the Redis process whose node users were last set
+
+
+def resync_after_restart(*, client: redis.Redis | None = None) -> int:
+    """Node users live in the Redis process's memory (ACL SETUSER is not in its append-only
+    file): when Redis runs as a new process (restarted under `up`, or by compose), set every
+    node's user again, so running node workers reconnect as themselves. Cheap when nothing
+    restarted (one INFO and one GET). Returns the users set."""
+    from fleet.nodes.models import NodeToken
+
+    client = client or redis_clients.client()
+    run_id = str(client.info("server").get("run_id", ""))
+    stored = client.get(RUN_ID_KEY)
+    if isinstance(stored, bytes):
+        stored = stored.decode()
+    if run_id and stored == run_id:
+        return 0
+    node_ids = set(
+        NodeToken.objects.filter(revoked_at__isnull=True).values_list("node_id", flat=True)
+    )
+    for node_id in sorted(node_ids):
+        sync_node(node_id, client=client)
+    client.set(RUN_ID_KEY, run_id)
+    if stored:
+        logger.warning("Redis restarted: %d node users set again", len(node_ids))
+    return len(node_ids)

@@ -196,3 +196,19 @@ def test_a_revoked_token_loses_its_redis_password(fleet):
                 node_token_revoke(node=a["draft"])
             redis_acl.sync_node(a["draft"].pk)  # what on_commit runs (no commit in this test)
             _as_node(fleet["session"]).ping()
+
+
+def test_node_users_come_back_when_redis_runs_as_a_new_process(fleet):
+    """ACL users are in Redis's memory only (not in its append-only file): after a restart
+    the control plane's beat task sets them again, so running workers reconnect as
+    themselves. A restart is seen as a new run_id."""
+    admin = redis.Redis.from_url(settings.REDIS_URL)
+    redis_acl.resync_after_restart(client=admin)
+    assert redis_acl.resync_after_restart(client=admin) == 0  # same process: nothing to do
+    # what a restart loses: the users (the stored run id survives in the AOF, but is stale)
+    admin.execute_command("ACL", "DELUSER", redis_acl.username(fleet["a"]["draft"].pk))
+    admin.set(redis_acl.RUN_ID_KEY, "an-older-redis-process")
+    with pytest.raises(redis.exceptions.AuthenticationError):
+        _as_node(fleet["session"]).ping()
+    assert redis_acl.resync_after_restart(client=admin) >= 4
+    assert _as_node(fleet["session"]).ping()
