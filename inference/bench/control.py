@@ -34,8 +34,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .serving import NO_DATABASE, Stack, _free_port, _prompts, _setup, _wait, _wait_rows
+from .serving import _prompts, _setup
 from .serving_clients import drive
+from .stack import NO_DATABASE, Stack, free_port, wait_for, wait_rows
 
 ADAPTIVE = {"mode": "adaptive", "k_min": 0, "k_max": 8, "k": 4}
 
@@ -66,7 +67,7 @@ def per_position(ids: list[str], stack) -> list[float]:
     """P(drafts 0..i accepted) over a run's generations, from the ledger's counters."""
     from inference.models import Generation
 
-    _wait_rows(ids, stack)
+    wait_rows(ids, stack)
     acc: list[int] = []
     drafts: list[int] = []
     for c in Generation.objects.filter(pk__in=ids).values_list("counters", flat=True):
@@ -98,7 +99,7 @@ def bench(*, models: Path, quick: bool, log=print) -> dict:
     ks = [0, 1, 2, 4, 8] if quick else list(range(9))
     requests, max_tokens = (2, 48) if quick else (3, 64)
     pipeline, nodes, key = _setup(models, k=4, max_batch=32, wait_ms=20)
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     stack = Stack(log)
     threads = str(max(1, (os.cpu_count() or 2) // 2))
@@ -129,7 +130,7 @@ def bench(*, models: Path, quick: bool, log=print) -> dict:
 
             return Node.objects.filter(state="online").count() == 2
 
-        _wait(online, 180, "the workers to come online", stack)
+        wait_for(online, 180, "the workers to come online", stack)
         drive(base=base, key=key, prompts_per_client=[[_prompts()[0]]], max_tokens=8)
         sweep = {
             r: (node_inspect(nodes[r][0].pk) or {}).get(

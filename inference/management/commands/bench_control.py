@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 
 from fleet.env import env_bool
 
@@ -21,20 +20,15 @@ class Command(BaseCommand):
         parser.add_argument("--models", default=None, help="directory with the demo pair")
 
     def handle(self, *args, **o):
-        from inference.bench import control, serving
+        from inference.bench import control, stack
 
-        models = Path(o["models"] or Path(settings.DATA_DIR) / "models").resolve()
-        if not (models / "demo-target" / "model.safetensors").exists():
-            raise CommandError(
-                f"no demo pair in {models}: train it with `manage.py train_demo_pair` "
-                "(or pass --models DIR holding demo-target and demo-draft)"
-            )
+        models = stack.demo_pair_dir(o["models"])
         if not env_bool("TANDEM_BENCH_CHILD", False):
             argv = ["--quick"] if o["quick"] else []
             if o["json"]:
                 argv += ["--json", str(Path(o["json"]).resolve())]
             raise SystemExit(
-                serving.run(argv, models=models, log=self.stdout.write, command="bench_control")
+                stack.run(argv, models=models, log=self.stdout.write, command="bench_control")
             )
         report = control.bench(models=models, quick=o["quick"], log=self.stdout.write)
         self.stdout.write(

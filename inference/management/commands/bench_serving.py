@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 
 from fleet.env import env_bool
 
@@ -30,14 +29,9 @@ class Command(BaseCommand):
         parser.add_argument("--max-batch-wait-ms", type=int, default=100)
 
     def handle(self, *args, **o):
-        from inference.bench import serving
+        from inference.bench import serving, stack
 
-        models = Path(o["models"] or Path(settings.DATA_DIR) / "models").resolve()
-        if not (models / "demo-target" / "model.safetensors").exists():
-            raise CommandError(
-                f"no demo pair in {models}: train it with `manage.py train_demo_pair` "
-                "(or pass --models DIR holding demo-target and demo-draft)"
-            )
+        models = stack.demo_pair_dir(o["models"])
         if not env_bool("TANDEM_BENCH_CHILD", False):
             argv = [
                 "--clients",
@@ -55,7 +49,7 @@ class Command(BaseCommand):
             ]
             if o["json"]:
                 argv += ["--json", str(Path(o["json"]).resolve())]
-            raise SystemExit(serving.run(argv, models=models, log=self.stdout.write))
+            raise SystemExit(stack.run(argv, models=models, log=self.stdout.write))
         report = serving.bench(
             models=models,
             ns=[int(n) for n in o["clients"].split(",")],
