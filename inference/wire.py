@@ -198,7 +198,9 @@ def collect_text(events: list[tuple[str, dict]]) -> str:
 
 TASK = "tandem.node.message"
 ROUND_KINDS = frozenset({"start", "drafts", "draft_start", "results", "claimed"})
-LIST_KINDS = ROUND_KINDS | {"config"}  # sent on the node's Redis list, not through Celery
+# sent on the node's Redis list, not through Celery; `drafter_lost` (to a verifier: finish that
+# drafter's sequences by plain decoding) comes after the starts it concerns, on the same list
+LIST_KINDS = ROUND_KINDS | {"config", "drafter_lost"}
 ROUND_TTL_S = 3600  # an idle node's list does not live forever
 
 
