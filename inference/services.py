@@ -332,9 +332,9 @@ def generation_degrade(*, generation: Generation, attempt: int | None = None) ->
     that ended, moved on since `attempt`, or has no drafter (False)."""
     generation = _locked(generation)
     moved = attempt is not None and generation.attempts != attempt
-    if generation.is_terminal or moved or generation.drafter_id is None:
-        return False
     lost, verifier_id = generation.drafter_id, generation.verifier_id
+    if generation.is_terminal or moved or lost is None or verifier_id is None:
+        return False
     generation.drafter = None
     generation.save(update_fields=["drafter"])
     transaction.on_commit(lambda: wire.send(verifier_id, "drafter_lost", {"drafter": lost}))

@@ -45,7 +45,7 @@ def plain(target, ps: list[list[int]]) -> list[list[int]]:
 
 def degraded_in_telemetry(node_id: int) -> int:
     """The verifier's `degraded_sequences`, summed over its signed samples so far."""
-    entries = client().xrange(stream_of(node_id))
+    entries: list = client().xrange(stream_of(node_id))  # type: ignore[assignment]
     bodies = [json.loads(unpack(fields)["body"]) for _, fields in entries]
     return sum(b.get("degraded_sequences", 0) for b in bodies if b.get("role") == "verify")
 
@@ -110,15 +110,12 @@ def test_a_killed_drafters_streams_finish_on_their_verifier_by_plain_decoding(
             row = rows.get(pk=g.pk)
             assert (row.output_tokens, row.drafter_id, row.attempts) == (want, None, 1)
         # It says so: in its inspection and in its signed telemetry.
-        stats = wait_for(
-            lambda: (
-                (node_inspect(verifier.pk) or {}).get("stats", {}).get("degraded") == 5
-                and node_inspect(verifier.pk)["stats"]
-            ),
-            10,
-            "inspect says 5 degraded",
-            workers,
-        )
+
+        def inspected_stats() -> dict:
+            return (node_inspect(verifier.pk) or {}).get("stats", {})
+
+        wait_for(lambda: inspected_stats().get("degraded") == 5, 10, "inspect: 5 degraded", workers)
+        stats = inspected_stats()
         assert stats["errors"] == 0, stats
         wait_for(
             lambda: degraded_in_telemetry(verifier.pk) == 5, 15, "telemetry: 5 degraded", workers
