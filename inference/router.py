@@ -4,6 +4,9 @@ Least outstanding work among healthy placed nodes (online, not lost by heartbeat
 ties go to the lowest id. Sticky: the pair is written on the generation and never changes
 while the sequence lives there (both nodes hold its KV cache) -- only a re-route after a
 node loss assigns a new pair.
+
+Degraded: a pipeline that drafts but has no healthy drafter left is served by a verifier
+alone, by plain decoding (k=0), rather than refused: slower, the same output.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ class NoCapacity(Exception):
 class Pair:
     drafter: Node | None  # None when the pipeline decodes without a drafter
     verifier: Node
+    degraded: bool = False  # the pipeline drafts, but no healthy drafter is left
 
 
 def needs_drafter(pipeline: Pipeline) -> bool:
@@ -68,10 +72,9 @@ def pick_pair(pipeline: Pipeline, *, exclude: set[int] = frozenset()) -> Pair:
     drafters = [n for n in nodes if role[n.pk] == PlacementRole.DRAFT and needs_drafter(pipeline)]
     if not verifiers:
         raise NoCapacity(f"pipeline {pipeline.name!r} has no healthy verifier")
-    if needs_drafter(pipeline) and not drafters:
-        raise NoCapacity(f"pipeline {pipeline.name!r} has no healthy drafter")
 
     def least(nodes):
         return min(nodes, key=lambda n: (n.n_active or 0, n.pk)) if nodes else None
 
-    return Pair(drafter=least(drafters), verifier=least(verifiers))
+    degraded = needs_drafter(pipeline) and not drafters
+    return Pair(drafter=least(drafters), verifier=least(verifiers), degraded=degraded)

@@ -4,7 +4,8 @@ Web side: `generation_submit`, `generation_cancel`, `push_pipeline_config`.
 Node side, applied by the ledger consumer (`inference.ledger`) from the verifier's signed
 reports (the verifier owns a running generation's row): `generations_claim`,
 `generations_first_token`, `generation_finish`.
-Control worker: `generations_watchdog` (deadlines, lost nodes -> re-route or fail).
+Control worker: `generations_watchdog` (deadlines, lost nodes -> re-route or fail; a lost
+drafter whose verifier is healthy -> `generation_degrade`: the verifier finishes plainly).
 Supervisor of `manage.py up`: `node_process_gone` (a local node worker died: the same
 re-route, at once rather than after the heartbeat window).
 """
@@ -25,7 +26,7 @@ from fleet.nodes.models import Node
 from fleet.pipelines.models import Pipeline
 from inference import wire
 from inference.models import Generation, GenerationState
-from inference.router import NoCapacity, pick_pair
+from inference.router import NoCapacity, needs_drafter, pick_pair
 from inference.selectors import generations_active
 
 __all__ = [
@@ -55,6 +56,8 @@ def start_payload(generation: Generation) -> dict:
         "prompt_tokens": list(generation.prompt_tokens),
         "params": dict(generation.params),
         "drafter": generation.drafter_id,
+        # the pipeline drafts but no healthy drafter was left: the verifier counts it
+        "degraded": generation.drafter_id is None and needs_drafter(generation.pipeline),
         "created": generation.created_at.timestamp(),
     }
 
@@ -98,8 +101,10 @@ class _Starts:
 
     def __init__(self) -> None:
         self.items: list[tuple[Any, int, dict]] = []
+        self.flushed = False
 
     def flush(self) -> None:
+        self.flushed = True
         for i, (_gid, verifier_id, payload) in enumerate(self.items):
             try:
                 wire.send(verifier_id, "start", payload)
@@ -118,7 +123,7 @@ def _start_after_commit(gid, verifier_id: int, payload: dict) -> None:
     connection = transaction.get_connection()
     batch = getattr(connection, "tandem_starts", None)
     pending = [func for _, func, _ in connection.run_on_commit]
-    if batch is None or batch.flush not in pending:  # none yet in this transaction
+    if batch is None or batch.flushed or batch.flush not in pending:  # none open here yet
         batch = connection.tandem_starts = _Starts()
         transaction.on_commit(batch.flush)
     batch.items.append((gid, verifier_id, payload))
@@ -364,6 +369,24 @@ def generation_reroute(
     return generation
 
 
+@transaction.atomic
+def generation_degrade(*, generation: Generation, attempt: int | None = None) -> bool:
+    """Its drafter is gone, its verifier is not: the verifier finishes it by plain decoding
+    (k=0) from where it is -- same attempt, nothing re-prefilled, nothing resent. The row
+    forgets the drafter; after commit the verifier hears `drafter_lost` (it degrades all its
+    sequences of that drafter and counts them in its telemetry). Nothing happens to a row
+    that ended, moved on since `attempt`, or has no drafter (False)."""
+    generation = _locked(generation)
+    moved = attempt is not None and generation.attempts != attempt
+    lost, verifier_id = generation.drafter_id, generation.verifier_id
+    if generation.is_terminal or moved or lost is None or verifier_id is None:
+        return False
+    generation.drafter = None
+    generation.save(update_fields=["drafter"])
+    transaction.on_commit(lambda: wire.send(verifier_id, "drafter_lost", {"drafter": lost}))
+    return True
+
+
 def generations_watchdog(*, now: datetime | None = None) -> dict:
     """One pass: mark nodes lost by heartbeat age, fail generations past their deadline,
     re-route (or fail) generations held by a lost or retired node. Idempotent."""
@@ -371,7 +394,7 @@ def generations_watchdog(*, now: datetime | None = None) -> dict:
 
     now = now or timezone.now()
     lost = nodes_mark_lost(now=now)
-    report = {"nodes_lost": lost, "timed_out": [], "rerouted": [], "failed": []}
+    report = {"nodes_lost": lost, "timed_out": [], "rerouted": [], "degraded": [], "failed": []}
     for g in generations_active().filter(deadline__lt=now):
         generation_fail(generation=g, error="deadline exceeded", finish_reason="timeout")
         report["timed_out"].append(str(g.pk))
@@ -385,9 +408,14 @@ def generations_watchdog(*, now: datetime | None = None) -> dict:
 
 
 def _reroute_all(generations, report: dict, *, why: str = "") -> None:
-    """Re-route (or fail) each generation, naming its unhealthy node(s) and `why`."""
+    """Re-route (or fail) each generation, naming its unhealthy node(s) and `why`; one whose
+    only unhealthy node is its drafter is degraded instead (its verifier finishes it)."""
     for g in generations.select_related("drafter", "verifier").distinct():
         bad = [n for n in (g.drafter, g.verifier) if n is not None and n.state in UNHEALTHY]
+        if bad and bad == [g.drafter]:
+            if generation_degrade(generation=g, attempt=g.attempts):
+                report["degraded"].append(str(g.pk))
+            continue
         reason = ", ".join(
             f"{n.name} ({'drafter' if n == g.drafter else 'verifier'}) is {n.state}" for n in bad
         )
@@ -404,11 +432,12 @@ def node_process_gone(*, node_ref: str, reason: str) -> dict:
     """A node worker's process is gone, and the supervisor that ran it knows (it saw it
     exit, or found it not running at start): the node is lost now, its pending round
     messages are dropped (a restarted worker must not replay them), and every active
-    generation it held moves to a healthy pair or ends with an error event. Idempotent;
+    generation it held moves to a healthy pair or ends with an error event -- or, when it
+    was only the drafter, is finished by its verifier alone (degraded). Idempotent;
     a node that does not exist (yet) has nothing to release."""
     from fleet.nodes.services import node_mark_lost
 
-    report: dict = {"rerouted": [], "failed": []}
+    report: dict = {"rerouted": [], "degraded": [], "failed": []}
     lookup = {"pk": int(node_ref)} if str(node_ref).isdigit() else {"name": node_ref}
     node = Node.objects.filter(**lookup).first()
     if node is None:

@@ -278,7 +278,9 @@ def collect_text(events: list[tuple[Any, dict]]) -> str:
 
 TASK = "tandem.node.message"
 ROUND_KINDS = frozenset({"start", "drafts", "draft_start", "results", "claimed"})
-LIST_KINDS = ROUND_KINDS | {"config"}  # sent on the node's Redis list, not through Celery
+# sent on the node's control list, not through Celery; `drafter_lost` (to a verifier: finish that
+# drafter's sequences by plain decoding) comes after the starts it concerns, on the same list
+LIST_KINDS = ROUND_KINDS | {"config", "drafter_lost"}
 # What a node may send another node (to its outbox, see the module doc), and the payload field
 # `receive` sets to the sender's id, whatever the sender wrote there.
 PEER_KINDS = {"drafts": "drafter", "draft_start": "verifier", "results": "verifier"}

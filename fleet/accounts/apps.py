@@ -6,4 +6,8 @@ class AccountsConfig(AppConfig):
     label = "accounts"
 
     def ready(self) -> None:
-        from fleet.accounts import live_sessions  # noqa: F401  (connects the logout signal)
+        # the logout signal (live_sessions); a user's role, password or is_active changed
+        # (live_users): the live sockets concerned check again
+        from fleet.accounts import live_sessions, live_users  # noqa: F401
+
+        live_users.connect()

@@ -48,6 +48,7 @@ TOKEN_COUNTERS = (
     "num_accepted_tokens",
     "generation_tokens",
     "requests_finished",
+    "degraded_sequences",
 )
 
 

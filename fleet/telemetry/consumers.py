@@ -20,7 +20,9 @@
 Both authenticate BEFORE accepting: an anonymous socket is closed with 4401, an
 authenticated one without the role with 4403, and never accepted first. A socket opened
 with a login session closes (4401) when that session ends: at once on logout, and within
-`live_sessions.RECHECK_S` when it expires or is deleted.
+`live_sessions.RECHECK_S` when it expires or is deleted. It closes too when its user may
+no longer watch (`accounts.live_users`): at once (the `user.changed` message) when the user is
+deactivated (4401), has the password changed (4401) or loses the role (4403).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.utils import timezone
 
 from fleet import redis_clients
-from fleet.accounts import live_sessions
+from fleet.accounts import live_sessions, live_users
 from fleet.accounts.access import can
 from fleet.telemetry import feed, payloads
 from fleet.telemetry.deltas import with_figures
@@ -75,6 +77,11 @@ def _session_alive(session_key, user_pk) -> bool:
     return live_sessions.session_alive(session_key, user_pk)
 
 
+@database_sync_to_async
+def _user_verdict(user_pk, auth_hash: str):
+    return live_users.verdict(user_pk, auth_hash)
+
+
 class _PushConsumer(AsyncWebsocketConsumer):
     """Forwards aggregator pushes; keeps the aggregator told that its groups have readers;
     ends with the login session it was opened with."""
@@ -87,18 +94,37 @@ class _PushConsumer(AsyncWebsocketConsumer):
     session_checked: float = 0.0
     closing: bool = False
 
-    async def follow_session(self, user) -> None:
-        """After accept: close when this socket's login session ends."""
+    async def follow_session(self, user) -> bool:
+        """After accept: close when this socket's login session ends, or when its user may
+        no longer watch. False when it closed at once (the user changed while connecting)."""
         session = self.scope.get("session")
         self.session_key = getattr(session, "session_key", None) if session else None
         self.session_user_pk = user.pk
         self.session_checked = time.monotonic()
+        self.user_hash = user.get_session_auth_hash()
+        self.user_group = live_users.user_group(user.pk)
+        await self.channel_layer.group_add(self.user_group, self.channel_name)
         if self.session_key:
             self.session_group = live_sessions.session_group(self.session_key)
             await self.channel_layer.group_add(self.session_group, self.channel_name)
+        return await self._user_allowed()  # a change before the group was joined
 
     async def session_ended(self, event) -> None:
         await self._end(CLOSE_UNAUTHENTICATED)
+
+    async def user_changed(self, event) -> None:
+        """accounts.live_users: this socket's user was changed: may it still watch?"""
+        if not self.closing:
+            await self._user_allowed()
+
+    async def _user_allowed(self) -> bool:
+        code, fresh = await _user_verdict(self.session_user_pk, self.user_hash)
+        if code is not None:
+            await self._end(code)
+            return False
+        if hasattr(self, "user"):
+            self.user = fresh  # later subscriptions are authorised with its role of now
+        return True
 
     async def _end(self, code: int) -> None:
         if not self.closing:
@@ -113,10 +139,10 @@ class _PushConsumer(AsyncWebsocketConsumer):
         if now - self.session_checked < live_sessions.RECHECK_S:
             return True
         self.session_checked = now
-        if await _session_alive(self.session_key, self.session_user_pk):
-            return True
-        await self._end(CLOSE_UNAUTHENTICATED)
-        return False
+        if not await _session_alive(self.session_key, self.session_user_pk):
+            await self._end(CLOSE_UNAUTHENTICATED)
+            return False
+        return await self._user_allowed()
 
     async def join(self, group: str, snapshot_field: str | None) -> None:
         await self.channel_layer.group_add(group, self.channel_name)
@@ -138,6 +164,8 @@ class _PushConsumer(AsyncWebsocketConsumer):
             await self.channel_layer.group_discard(group, self.channel_name)
         if self.session_group:
             await self.channel_layer.group_discard(self.session_group, self.channel_name)
+        if getattr(self, "user_group", None):
+            await self.channel_layer.group_discard(self.user_group, self.channel_name)
 
     async def telemetry_push(self, event):
         if self.closing or not await self._still_allowed():
@@ -311,8 +339,8 @@ class WallConsumer(_PushConsumer):
             self.link_expires_at = link.expires_at
             self.link_group = wall_link_group(link.pk)
             await self.channel_layer.group_add(self.link_group, self.channel_name)
-        else:
-            await self.follow_session(user)
+        elif not await self.follow_session(user):
+            return
         await self.join(payloads.GROUP_WALL, "fleet")
 
     async def _still_allowed(self) -> bool:

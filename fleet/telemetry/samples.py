@@ -32,6 +32,9 @@ Keys (all optional except `ts`; missing numbers are zero):
                                  drafted and never accepted.
     generation_tokens            int   tokens delivered (accepted + bonus)
     requests_finished            int
+    degraded_sequences           int   sequences the verifier went on decoding plainly (k=0)
+                                 because their drafter was lost (in flight when it died, or
+                                 started while the pipeline had no healthy drafter)
     verify_batch_hist            {"<batch size>": <verify steps>}
     draft_steps                  int,   draft_step_s  float (mean seconds per draft step)
     verify_step_s                float (mean seconds per verify step; steps = sum(hist))
@@ -91,6 +94,7 @@ INT_FIELDS = (
     "num_accepted_tokens",
     "generation_tokens",
     "requests_finished",
+    "degraded_sequences",
     "draft_steps",
     "queue_depth",
     "num_requests_running",

@@ -213,6 +213,7 @@ class Agent:
                 )[:32],
                 "generation_tokens": d("emitted", counters.num_emitted_tokens),
                 "requests_finished": d("finished", stats["finished"]),
+                "degraded_sequences": d("degraded", stats["degraded"]),
                 "verify_batch_hist": steps_hist,
                 "verify_step_s": (busy / n_steps) if n_steps else 0.0,
             }

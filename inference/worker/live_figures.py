@@ -22,6 +22,7 @@ class LoopStats:
         self.itl_s: list[float] = []  # since the agent last took them (telemetry histograms)
         self.ttft_s: list[float] = []
         self.errors = 0
+        self.degraded = 0  # sequences decoded plainly (k=0) because their drafter was lost
         self.phase_s: dict[str, float] = {}  # where the loop's time goes (seconds by phase)
         self.k_rounds: dict[str, int] = {}  # "<batch>:<k>" -> draft rounds (the k chosen)
 
@@ -57,6 +58,10 @@ class LoopStats:
             self.itl_s, self.ttft_s = [], []
             return out
 
+    def record_degraded(self, n: int) -> None:
+        with self.lock:
+            self.degraded += n
+
     def add_phase(self, name: str, seconds: float) -> None:
         with self.lock:
             self.phase_s[name] = self.phase_s.get(name, 0.0) + seconds
@@ -81,6 +86,7 @@ class LoopStats:
                 "finished": self.finished,
                 "prefills": self.prefills,
                 "errors": self.errors,
+                "degraded": self.degraded,
                 "phase_s": dict(self.phase_s),
                 "k_rounds": dict(self.k_rounds),
             }

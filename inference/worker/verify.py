@@ -139,6 +139,8 @@ class VerifyLoop(BaseLoop):
                         )
         elif kind == "cancel":
             self.drop(p["gen"], p.get("attempt", FINAL))
+        elif kind == "drafter_lost":
+            self.drafter_lost(int(p["drafter"]))
         elif kind == "config":
             self.apply_pipeline_config(p)
         else:
@@ -157,6 +159,28 @@ class VerifyLoop(BaseLoop):
             self.sent_at.pop(gid, None)
             self.engine.free(gid)
             self._inspect_dirty = True
+
+    def drafter_lost(self, drafter: int) -> None:
+        """The control plane saw this drafter die: its sequences here go on by plain
+        decoding (k=0) from where they are -- same attempt, no re-prefill -- and are counted.
+        Drafts already in hand are dropped with the rest: from now on nothing waits on it."""
+        n = 0
+        for p in self.starts:  # not prefilled yet
+            if p.get("drafter") == drafter:
+                p["drafter"], n = None, n + 1
+        for gid, seq in self.seqs.items():
+            if seq.drafter == drafter:
+                seq.drafter, n = None, n + 1
+                self.pending.pop(gid, None)
+                self.sent_at.pop(gid, None)
+                if gid in self.held and self.held[gid].draft_start is not None:
+                    self.held[gid].draft_start = None
+        self.deferred.pop(drafter, None)
+        self.costs_sent.pop(drafter, None)
+        if n:
+            self.stats.record_degraded(n)
+            self._inspect_dirty = True
+            logger.warning("verifier %s: drafter %s lost; %d plain", self.node_id, drafter, n)
 
     # -- the loop ---------------------------------------------------------------------------------
     def step(self) -> None:
@@ -290,6 +314,8 @@ class VerifyLoop(BaseLoop):
         if not starts:
             return
         items, infos = [], []
+        if lacking := sum(1 for p in starts if p.get("degraded")):  # no healthy drafter
+            self.stats.record_degraded(lacking)
         for p in starts:
             prev_tokens, sent = self._resume_state(p) if p["attempt"] > 1 else ([], "")
             params = sampling_params(p["params"], already=len(prev_tokens))

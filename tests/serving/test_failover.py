@@ -1,5 +1,6 @@
-"""kill -9 of a verifier and a drafter mid-generation: their generations move to healthy
-nodes and finish with output identical to an undisturbed run (greedy); nothing hangs."""
+"""kill -9 of a verifier and a drafter mid-generation: the verifier's generations move to
+healthy nodes, those that lost only their drafter finish on their verifier by plain decoding;
+all with output identical to an undisturbed run (greedy); nothing hangs."""
 
 from __future__ import annotations
 
@@ -50,6 +51,7 @@ def test_killed_verifier_and_drafter_reroute_with_identical_output(live_server, 
             g.pk for g in gens if g.verifier_id == victims[0].pk or g.drafter_id == victims[1].pk
         ]
         assert hit, "the router spread the work: some generations ran on the victims"
+        moved = {g.pk for g in gens if g.verifier_id == victims[0].pk}
         # The control worker's watchdog, run here: marks them lost, re-routes their work.
         deadline = time.monotonic() + 120
         ended = {}
@@ -66,7 +68,7 @@ def test_killed_verifier_and_drafter_reroute_with_identical_output(live_server, 
             assert events[-1]["type"] == "done", events[-1]
             assert tokens_of(events) == want  # resumed: nothing resent, nothing lost
             assert "".join(e.get("text", "") for e in events) == _decode(target, want)
-            if g.pk in hit:
+            if g.pk in moved:
                 assert any(e["type"] == "requeued" for e in events)
         rows = Generation.objects.filter(pk__in=hit)
         deadline = time.monotonic() + 20
@@ -74,7 +76,10 @@ def test_killed_verifier_and_drafter_reroute_with_identical_output(live_server, 
             assert time.monotonic() < deadline, list(rows.values("state", "error"))
             time.sleep(0.2)
         for row in rows:
-            assert row.attempts >= 2  # 3 when both its nodes died
+            if row.pk in moved:
+                assert row.attempts >= 2
+            else:  # only its drafter died: its verifier finished it alone, same attempt
+                assert (row.attempts, row.drafter_id) == (1, None)
             assert row.verifier_id != victims[0].pk and row.drafter_id != victims[1].pk
         # What the killed verifier had reported (claims, first tokens) was applied once and
         # never finished a row: every row holds the healthy verifier's whole output, once.

@@ -53,32 +53,92 @@ def test_a_dead_verifier_is_lost_at_once_and_its_generations_move(
     assert set(untouched.values_list("state", flat=True)) == {"running"}
 
 
-def test_with_no_healthy_pair_left_each_generation_ends_with_an_error_event(
+def test_a_dead_drafter_degrades_its_generations_to_plain_decoding_on_their_verifier(
+    db, sent, django_capture_on_commit_callbacks
+):
+    """Its verifier is healthy: nothing fails, nothing moves -- the row forgets the drafter,
+    the verifier hears `drafter_lost` and finishes them by plain decoding (k=0); new requests
+    go to the verifier alone while no drafter is healthy."""
+    p, nodes = _pipeline(verifiers=1)
+    drafter, verifier = nodes["draft"][0], nodes["verify"][0]
+    with django_capture_on_commit_callbacks(execute=True):
+        gens = [_submit(p) for _ in range(2)]
+    Generation.objects.filter(pk=gens[0].pk).update(state="running")
+    wire.publish(gens[0].pk, wire.tokens_event([104], "h", 1), node=verifier.pk)
+    sent.clear()
+
+    with django_capture_on_commit_callbacks(execute=True):
+        report = services.node_process_gone(node_ref=str(drafter.pk), reason="its worker died")
+
+    assert sorted(report["degraded"]) == sorted(str(g.pk) for g in gens)
+    assert report["rerouted"] == report["failed"] == []
+    for g, state in zip(gens, ("running", "queued"), strict=True):
+        g.refresh_from_db()
+        assert (g.state, g.drafter_id, g.verifier_id, g.attempts) == (state, None, verifier.pk, 1)
+        assert g.error == "" and g.finished_at is None
+        types = {e["type"] for _, e in stream_of(g.pk)}
+        assert not types & {"error", "done", "requeued"}, types
+    assert [(n, k, m) for n, k, m in sent] == [
+        (verifier.pk, "drafter_lost", {"drafter": drafter.pk})
+    ] * 2
+    # a new request: the verifier alone, marked degraded (its telemetry counts it)
+    with django_capture_on_commit_callbacks(execute=True):
+        fresh = _submit(p)
+    assert (fresh.drafter_id, fresh.verifier_id) == (None, verifier.pk)
+    (start,) = [m for n, k, m in sent if k == "start"]
+    assert start["drafter"] is None and start["degraded"] is True
+    # idempotent, and a node that does not exist has nothing to release
+    assert services.node_process_gone(node_ref=drafter.name, reason="x") == {
+        "rerouted": [],
+        "degraded": [],
+        "failed": [],
+    }
+    assert services.node_process_gone(node_ref="no-such-node", reason="x")["failed"] == []
+
+
+def test_the_watchdog_degrades_a_lost_drafters_generations_and_reroutes_a_lost_verifiers(
+    db, sent, django_capture_on_commit_callbacks
+):
+    p, nodes = _pipeline(verifiers=2)
+    drafter = nodes["draft"][0]
+    with django_capture_on_commit_callbacks(execute=True):
+        gens = [_submit(p) for _ in range(2)]
+    Node.objects.filter(pk=drafter.pk).update(state="lost")
+    with django_capture_on_commit_callbacks(execute=True):
+        report = services.generations_watchdog()
+    assert sorted(report["degraded"]) == sorted(str(g.pk) for g in gens)
+    # the verifier dies too: re-routed to the other verifier, plainly (no drafter left)
+    g = gens[0]
+    g.refresh_from_db()
+    Node.objects.filter(pk=g.verifier_id).update(state="lost")
+    sent.clear()
+    with django_capture_on_commit_callbacks(execute=True):
+        report = services.generations_watchdog()
+    assert report["rerouted"] == [str(g.pk)] and report["failed"] == []
+    (start,) = [m for n, k, m in sent if k == "start"]
+    assert start["drafter"] is None and start["degraded"] is True and start["attempt"] == 2
+
+
+def test_with_no_healthy_verifier_left_each_generation_ends_with_an_error_event(
     db, sent, django_capture_on_commit_callbacks
 ):
     p, nodes = _pipeline(verifiers=1)
-    drafter = nodes["draft"][0]
+    verifier = nodes["verify"][0]
     with django_capture_on_commit_callbacks(execute=True):
         gens = [_submit(p) for _ in range(2)]
     Generation.objects.filter(pk=gens[0].pk).update(state="running")
 
     with django_capture_on_commit_callbacks(execute=True):
-        report = services.node_process_gone(node_ref=str(drafter.pk), reason="its worker died")
+        report = services.node_process_gone(node_ref=str(verifier.pk), reason="its worker died")
 
     assert sorted(report["failed"]) == sorted(str(g.pk) for g in gens)
     for g in gens:
         g.refresh_from_db()
         assert g.state == "failed" and g.finished_at is not None
-        assert "draft-0 (drafter) is lost: its worker died" in g.error
-        assert "no healthy drafter" in g.error
+        assert "verify-0 (verifier) is lost: its worker died" in g.error
+        assert "no healthy verifier" in g.error
         last = stream_of(g.pk)[-1][1]
         assert last["type"] == "error" and "its worker died" in last["error"]
-    # idempotent, and a node that does not exist has nothing to release
-    assert services.node_process_gone(node_ref=drafter.name, reason="x") == {
-        "rerouted": [],
-        "failed": [],
-    }
-    assert services.node_process_gone(node_ref="no-such-node", reason="x")["failed"] == []
 
 
 def test_a_registered_node_stays_registered(db, sent):

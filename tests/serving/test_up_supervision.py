@@ -1,7 +1,8 @@
 """`manage.py up` with the demo pipeline, 4 OpenAI streams, SIGKILL of the verifier: the
 streams move to a second verifier (started here) and finish with the text an undisturbed run
-gives; then SIGKILL of the only drafter: its streams end with an error and `[DONE]` within
-5 s. `/healthz` answers throughout, and `up` brings each killed worker back.
+gives; then SIGKILL of the only drafter: its verifier finishes its streams alone (plain
+decoding), with the same text. `/healthz` answers throughout, and `up` brings each killed
+worker back.
 
 The demo pair is a tiny random one written into the data directory before `up` starts, so
 `run_node --demo` finds it and trains nothing; its end-of-sequence logit is pinned to zero
@@ -247,26 +248,28 @@ def test_up_survives_killed_node_workers(tmp_path):
             assert s.chunks()[-1]["choices"][0]["finish_reason"] == "length"
 
         # the text an undisturbed run gives (same prompts, greedy, the pipeline healthy again)
+        undisturbed = []
         for s in streams:
             body = {"model": "demo", "prompt": s.prompt, "max_tokens": MAX_TOKENS, "temperature": 0}
             answer = api.post("/v1/completions", json=body, timeout=120).json()
             assert answer["choices"][0]["text"] == s.text()
+            undisturbed.append(s.text())
 
-        # 2. Kill the only drafter mid-stream: no pair is left, the streams end at once.
+        # 2. Kill the only drafter mid-stream: the verifier finishes the streams alone, by
+        # plain decoding -- no error, the same text.
         assert api.post(f"/api/v1/nodes/{info['node']}/drain").status_code == 200
         streams = [Stream(base, key, p) for p in PROMPTS[:2]]
         for s in streams:
             s.start()
         _wait(lambda: all(len(s.lines) >= 3 for s in streams), 120, "2 streams flowing", log)
         os.killpg(_pid_of(log, "node-demo-draft"), signal.SIGKILL)
-        killed_at = time.monotonic()
-        for s in streams:
-            s.join(30)
+        for s, want in zip(streams, undisturbed, strict=False):
+            s.join(180)
             assert not s.is_alive() and s.failure is None, (s.failure, log.read_text())
-            assert s.lines[-1][1] == "[DONE]" and s.lines[-1][0] - killed_at < 5
-            (error,) = s.errors()
-            assert "demo-draft (drafter) is lost" in error["message"], error
-            assert "no healthy drafter" in error["message"], error
+            assert s.lines[-1][1] == "[DONE]" and not s.errors(), s.errors()
+            assert s.chunks()[-1]["choices"][0]["finish_reason"] == "length"
+            assert s.text() == want
+        assert "finished by their verifier alone" in log.read_text()
         _wait(lambda: _pid_of(log, "node-demo-draft", "restarted"), 30, "node-demo-draft back", log)
 
         health.stop.set()

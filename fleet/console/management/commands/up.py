@@ -60,15 +60,20 @@ def _create_first_admin() -> str | None:
 
 def _node_child_exited(spec: launcher.ChildSpec, reason: str) -> None:
     """The supervisor saw a node worker die: its node is lost now, its generations move to
-    a healthy pair or end with an error (the heartbeat window would take 15 s)."""
+    a healthy pair, go on plainly on their verifier (a dead drafter) or end with an error
+    (the heartbeat window would take 15 s)."""
     if not spec.node:
         return
     from inference.services import node_process_gone
 
     report = node_process_gone(node_ref=spec.node, reason=f"its worker {reason}")
-    if report["rerouted"] or report["failed"]:
+    if any(report.values()):
         moved, failed = len(report["rerouted"]), len(report["failed"])
-        print(f"  {spec.node}: {moved} generation(s) re-routed, {failed} ended with an error")
+        plain = len(report["degraded"])
+        print(
+            f"  {spec.node}: {moved} generation(s) re-routed, {plain} finished by their verifier "
+            f"alone (plain decoding), {failed} ended with an error"
+        )
 
 
 def _use_started_redis(url: str) -> None:
