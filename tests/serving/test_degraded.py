@@ -12,15 +12,16 @@ import time
 
 import pytest
 
-from fleet.telemetry.ingest import client, stream_of, unpack
-from inference import services, wire
+from fleet.telemetry.ingest import client, unpack
+from fleet.telemetry.ingest import stream_of as telemetry_stream_of
+from inference import services
 from inference.engine.checkpoints import load_checkpoint
 from inference.engine.engines import VerifyEngine
 from inference.engine.generator import generate
 from inference.engine.sampling import SamplingParams
 from inference.engine.tokenizer import Tokenizer
 from inference.models import Generation
-from inference.selectors import node_inspect
+from inference.selectors import node_inspect, stream_of
 from tests.serving.helpers import (
     Workers,
     make_pipeline,
@@ -45,7 +46,7 @@ def plain(target, ps: list[list[int]]) -> list[list[int]]:
 
 def degraded_in_telemetry(node_id: int) -> int:
     """The verifier's `degraded_sequences`, summed over its signed samples so far."""
-    entries: list = client().xrange(stream_of(node_id))  # type: ignore[assignment]
+    entries: list = client().xrange(telemetry_stream_of(node_id))  # type: ignore[assignment]
     bodies = [json.loads(unpack(fields)["body"]) for _, fields in entries]
     return sum(b.get("degraded_sequences", 0) for b in bodies if b.get("role") == "verify")
 
@@ -78,7 +79,7 @@ def test_a_killed_drafters_streams_finish_on_their_verifier_by_plain_decoding(
         assert {g.drafter_id for g in gens} == {drafter.pk}
 
         def streamed() -> list[list[int]]:
-            return [tokens_of(e for _, e in wire.read_all(g.pk)) for g in gens]
+            return [tokens_of(e for _, e in stream_of(g.pk)) for g in gens]
 
         wait_for(lambda: min(map(len, streamed())) >= 2, 60, "4 streams flowing", workers)
         # Stopped first, so that every stream is surely mid-way when it dies.
