@@ -140,13 +140,14 @@ def _completion_tokens(generation_id, verifier_id: int | None) -> int:
         return 0
 
 
-def _streamed(generation_id) -> tuple[list[int], str]:
-    """The tokens and text streamed to the client so far (all attempts); best effort."""
+def _streamed(generation: Generation) -> tuple[list[int], str]:
+    """The tokens and text streamed to the client so far (all attempts, under the verifier
+    the row names); best effort: Redis away leaves them empty."""
     try:
-        events = wire.read_all(generation_id)
+        events = wire.read_all(generation.pk, node=generation.verifier_id)
         tokens = [t for _, e in events if e.get("type") == "tokens" for t in e.get("tokens", [])]
         return tokens, wire.collect_text(events)
-    except Exception:  # the stream is best effort here; the row is the record
+    except (redis.RedisError, OSError):  # the stream is best effort here; the row is the record
         return [], ""
 
 
@@ -161,7 +162,7 @@ def _end(generation: Generation, *, state: str, finish_reason: str, error: str =
     generation.finished_at = timezone.now()
     fields = ["state", "finish_reason", "error", "finished_at"]
     if not generation.output_tokens:
-        tokens, text = _streamed(generation.pk)
+        tokens, text = _streamed(generation)
         if tokens:
             generation.output_tokens, generation.output_text = tokens, db_text(text)
             fields += ["output_tokens", "output_text"]

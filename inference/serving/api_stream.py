@@ -60,12 +60,14 @@ def _id_key(entry_id: str) -> tuple[int, int]:
     return int(ms), int(seq or 0)
 
 
-def _ended_by(generation_id, last_id: str) -> bool:
-    """Whether the stream's terminal event is at or before `last_id`: a client resuming
-    after the end (or past it) has nothing left to wait for. Sync (one XREVRANGE)."""
-    if last_id in ("0", "0-0"):
+def _ended_by(generation_id, owner: int | None, last_id: str) -> bool:
+    """Whether the stream's terminal event (under `owner`, the verifier the ledger names) is
+    at or before `last_id`: a client resuming after the end (or past it) has nothing left to
+    wait for. Sync (one XREVRANGE)."""
+    if last_id in ("0", "0-0") or owner is None:
         return False
-    last: list = redis_clients.client().xrevrange(wire.stream_key(generation_id), count=1)  # type: ignore[assignment]
+    key = wire.stream_key(owner, generation_id)
+    last: list = redis_clients.client().xrevrange(key, count=1)  # type: ignore[assignment]
     if not last:
         return False
     entry_id, fields = last[0]
@@ -111,7 +113,7 @@ async def generation_stream(request, generation_id):
         )
 
     ended = await sync_to_async(_ended_by, thread_sensitive=lane is None, executor=lane)(
-        generation_id, last_id
+        generation_id, generation.verifier_id, last_id
     )
 
     async def events():

@@ -57,8 +57,8 @@ def test_a_last_event_id_at_or_past_the_end_of_a_finished_stream_ends_at_once(
     import time
 
     gid = world["generation"].id
-    wire.publish(gid, wire.tokens_event([104], "h", 1))
-    done = wire.publish(gid, wire.done_event("stop", 2, 1))
+    wire.publish(gid, wire.tokens_event([104], "h", 1), node=stream_owner(gid))
+    done = wire.publish(gid, wire.done_event("stop", 2, 1), node=stream_owner(gid))
     ms, seq = (int(x) for x in done.split("-"))
     last_id = done if where == "at_the_end" else f"{ms + 5000}-{seq}"
     started = time.monotonic()

@@ -18,9 +18,9 @@ def _running(name: str) -> Generation:
 
 def test_a_failed_generation_records_the_tokens_it_streamed(db):
     gen = _running("usage-fail")
-    wire.publish(gen.pk, wire.tokens_event([7, 8], "ab", 2))
-    wire.publish(gen.pk, wire.requeued_event("drafter lost"))
-    wire.publish(gen.pk, wire.tokens_event([9], "c", 3))
+    wire.publish(gen.pk, wire.tokens_event([7, 8], "ab", 2), node=gen.verifier_id)
+    wire.publish(gen.pk, wire.requeued_event("drafter lost"), node=gen.verifier_id)
+    wire.publish(gen.pk, wire.tokens_event([9], "c", 3), node=gen.verifier_id)
     services.generation_fail(generation=gen, error="drafter-0 (drafter) is lost")
     gen.refresh_from_db()
     assert (gen.state, gen.output_tokens, gen.output_text) == ("failed", [7, 8, 9], "abc")
@@ -28,7 +28,7 @@ def test_a_failed_generation_records_the_tokens_it_streamed(db):
 
 def test_a_cancelled_generation_records_the_tokens_it_streamed(db):
     gen = _running("usage-cancel")
-    wire.publish(gen.pk, wire.tokens_event([5], "x\x00", 1))
+    wire.publish(gen.pk, wire.tokens_event([5], "x\x00", 1), node=gen.verifier_id)
     services.generation_cancel(generation=gen)
     gen.refresh_from_db()
     assert (gen.state, gen.output_tokens, gen.output_text) == ("cancelled", [5], "x\ufffd")
