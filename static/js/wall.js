@@ -8,11 +8,38 @@
   var T = window.Tandem;
   var page = T.jsonScript("wall-data") || {};
   var token = new URLSearchParams(location.hash.replace(/^#/, "")).get("token");
+  function wallData() {
+    return fetch("/wall/data", { headers: { "X-Wall-Token": token }, credentials: "omit", cache: "no-store" });
+  }
+  /* Refused for good (the link revoked, expired or forged; signed out): the page's own
+     message (#wall-denied, rendered by the server) with the server's reason, instead of the
+     figures, and no more reconnecting. */
+  function denied(detail) {
+    document.body.classList.add("wall-denied");
+    var box = document.getElementById("wall-denied");
+    if (box) {
+      box.hidden = false;
+      if (detail) box.querySelector("[data-why]").textContent = detail;
+    }
+    var pill = document.getElementById("live-status");
+    if (pill) {
+      pill.className = "live-status live-denied";
+      pill.querySelector(".live-label").textContent = "not authorised";
+    }
+  }
+  function refusal(r) {
+    return r.json().catch(function () { return {}; }).then(function (body) { return body.detail || null; });
+  }
   if (page.screen && token) {
-    fetch("/wall/data", { headers: { "X-Wall-Token": token }, credentials: "omit", cache: "no-store" })
-      .then(function (r) { return r.ok ? r.json() : {}; })
+    wallData()
+      .then(function (r) {
+        if (r.status === 401 || r.status === 403) return refusal(r).then(function (why) { denied(why); return null; });
+        return r.ok ? r.json() : {};
+      })
       .catch(function () { return {}; })
-      .then(function (data) { start(data, token); });
+      .then(function (data) { if (data) start(data, token); });
+  } else if (page.screen) {
+    denied(null); // a screen address without a wall link
   } else {
     start(page, null);
   }
@@ -207,6 +234,13 @@
     var protocols = token ? ["tandem.wall", "tandem.wall-token." + token.replace(/:/g, ".")] : null;
     new T.LiveSocket("/ws/wall/", {
       protocols: protocols,
+      finalDenial: true,
+      onDenied: function (code) {
+        if (!token) return denied(code === 4401 ? "Signed out: sign in again to see the wall." : "You may no longer view the wall.");
+        denied(null);
+        wallData().then(function (r) { return r.ok ? null : refusal(r); }).then(function (why) { if (why) denied(why); })
+          .catch(function () {});
+      },
       onStatus: dim,
       onMessage: function (m) {
         if (m.type === "fleet.update") onFleet(m, pointDue());
