@@ -140,6 +140,7 @@ class Merge:
         rows: list[payloads.NodeRow] = []
         node_rows: dict[int, payloads.NodeRow] = {}
         states: Counter = Counter()
+        class_states: dict[bool, Counter] = {False: Counter(), True: Counter()}
         simulated = 0
         figs, cache = self.figs, self._rows
         stale_before = now - STALE_AFTER_S
@@ -158,6 +159,7 @@ class Merge:
             rows.append(row)
             node_rows[nid] = row
             states[info.state] += 1
+            class_states[row["sim"]][info.state] += 1
             simulated += row["sim"]
             pid = info.pipeline_id
             if pid in pipe_rows:
@@ -183,6 +185,7 @@ class Merge:
                 ("fleet", sim),
                 derive(by_class[sim], 1.0),
                 nodes=simulated if sim else len(rows) - simulated,
+                states=dict(class_states[sim]),
                 reporting=reporting[sim],
                 now=now,
             )
@@ -254,9 +257,12 @@ class Merge:
     def _last(self, key, now: float) -> payloads.LastMeasured | None:
         return aged(self.last_measured.get(key), now)
 
-    def _kpis(self, key, stats: dict, *, nodes: int, reporting: int, now: float) -> payloads.Kpis:
+    def _kpis(
+        self, key, stats: dict, *, nodes: int, states: dict, reporting: int, now: float
+    ) -> payloads.Kpis:
         return {
             "nodes": nodes,
+            "states": states,
             "reporting": reporting,
             "tokens_per_s": stats["tokens_per_s"],
             "power_w": stats["power_w"],

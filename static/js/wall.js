@@ -175,13 +175,16 @@
       T.setText(root, '[data-w="tpj"]', T.fmt(k.tokens_per_j, 3));
       T.setText(root, '[data-w="tpj_d"]', T.fmt(k.tokens_per_j_draft, 2));
       T.setText(root, '[data-w="tpj_v"]', T.fmt(k.tokens_per_j_verify, 2));
+      T.setHTML(root, '[data-w="tpj_src"]', T.sourcePill(k.power_source)); // modeled power: modeled tokens/J
       T.setText(root, '[data-w="acc"]', T.pct((last || k).acceptance_rate));
       T.setText(root, '[data-w="mal"]', T.fmt((last || k).mean_acceptance_length, 2));
       T.setText(root, '[data-w="alpha"]', T.fmt((last || k).alpha, 2));
       T.setHTML(root, '[data-w="acc_last"]', last ? " · last measured " + T.ago(last.age_s) : "");
-      T.setText(root, '[data-w="online"]', String((t.states || {}).online || 0));
-      T.setText(root, '[data-w="nodes"]', String(t.nodes || 0));
-      T.setHTML(root, '[data-w="states"]', states(t.states));
+      var real = k.states || t.states; // the real nodes, as every headline; simulated apart
+      T.setText(root, '[data-w="online"]', String((real || {}).online || 0));
+      T.setText(root, '[data-w="nodes"]', String(k.nodes != null ? k.nodes : t.nodes || 0));
+      T.setHTML(root, '[data-w="states"]', states(real));
+      T.setHTML(root, '[data-w="nodes_sim"]', ks.nodes ? simPill + ((ks.states || {}).online || 0) + " of " + ks.nodes + " online, not included" : "");
       T.setHTML(root, '[data-w="sim"]', ks.nodes ? simPill + T.fmt(ks.tokens_per_s, 0) + " tok/s on " + T.plural(ks.nodes, "simulated node") + " not included" : "");
       if (addPoint) {
         var point = fleetPoint(k, ks);
