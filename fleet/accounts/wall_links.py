@@ -48,14 +48,8 @@ def wall_token(link: WallLink) -> str:
 def wall_link_for_token(token: str | None) -> WallLink | None:
     """The usable link a token names, or None (bad signature, unknown, revoked or expired
     link)."""
-    if not token or len(token) > 200:
-        return None
-    try:
-        data = signing.loads(token, salt=WALL_SALT)
-    except signing.BadSignature:
-        return None
-    link_id = data.get("wall") if isinstance(data, dict) else None
-    if not isinstance(link_id, int):
+    link_id = _link_id(token)
+    if link_id is None:
         return None
     link = WallLink.objects.usable().filter(pk=link_id).first()
     if link is not None:
@@ -63,6 +57,32 @@ def wall_link_for_token(token: str | None) -> WallLink | None:
         if link.last_used_at is None or (now - link.last_used_at).total_seconds() > 60:
             WallLink.objects.filter(pk=link.pk).update(last_used_at=now)
     return link
+
+
+def _link_id(token: str | None) -> int | None:
+    """The link id a well-signed token names, else None."""
+    if not token or len(token) > 200:
+        return None
+    try:
+        data = signing.loads(token, salt=WALL_SALT)
+    except signing.BadSignature:
+        return None
+    link_id = data.get("wall") if isinstance(data, dict) else None
+    return link_id if isinstance(link_id, int) and not isinstance(link_id, bool) else None
+
+
+def wall_link_refusal(token: str | None) -> str:
+    """What a screen whose token opens nothing says (final: the link will not come back)."""
+    link_id = _link_id(token)
+    link = WallLink.objects.filter(pk=link_id).first() if link_id is not None else None
+    if link is None:
+        return "This wall link is not valid."
+    if link.revoked_at is not None:
+        return f"This wall link (“{link.name}”) was revoked."
+    if link.expired:
+        when = timezone.localtime(link.expires_at).strftime("%Y-%m-%d %H:%M")
+        return f"This wall link (“{link.name}”) expired at {when}."
+    return "This wall link is not valid."
 
 
 @transaction.atomic

@@ -22,6 +22,7 @@ from fleet.accounts.principal import require
 from fleet.accounts.wall_links import (
     wall_link_create,
     wall_link_for_token,
+    wall_link_refusal,
     wall_link_revoke,
     wall_link_url,
 )
@@ -159,8 +160,9 @@ def wall_data(request):
     """The wall's figures as JSON: for a wall link's `X-Wall-Token` header, or a viewer."""
     token = request.headers.get("X-Wall-Token", "")
     if token:
-        if wall_link_for_token(token) is None:
-            return _no_referrer(JsonResponse({"detail": "Wall link not valid."}, status=403))
+        if wall_link_for_token(token) is None:  # final: the screen says why, for good
+            detail = wall_link_refusal(token)
+            return _no_referrer(JsonResponse({"detail": detail}, status=403))
     elif not request.user.is_authenticated:
         return JsonResponse({"detail": "Authentication credentials were not provided."}, status=401)
     elif not can(request.user, "view"):

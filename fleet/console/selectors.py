@@ -183,13 +183,17 @@ def change_markers(scope: str, obj, *, since) -> list[dict]:
         qs = qs.filter(mine)
     else:
         qs = qs.filter(Q(pipeline__isnull=False) | Q(node__isnull=False))
-    events = list(qs.order_by("-created_at", "-id")[:MAX_MARKERS])
-    return [
-        {
+    events = list(qs.select_related("node").order_by("-created_at", "-id")[:MAX_MARKERS])
+    markers: list[dict] = []
+    for e in reversed(events):
+        node = e.node.name if e.node is not None else None
+        marker = {
             "ts": e.created_at.timestamp(),
             "actor": e.actor_label,
             "action": e.action,
-            "text": describe_change(e.action, e.before, e.after),
+            "text": describe_change(e.action, e.before, e.after, node=node),
         }
-        for e in reversed(events)
-    ]
+        if markers and markers[-1] == marker:  # one move, audited on both its pipelines
+            continue
+        markers.append(marker)
+    return markers

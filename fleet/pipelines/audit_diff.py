@@ -83,8 +83,13 @@ def changes(before: dict, after: dict) -> list[Change]:
 # --- one short line per change: the chart markers' hover text -------------------------------
 
 
-def describe_change(action: str, before: dict, after: dict) -> str:
-    """`k 4 → 2`, `max_verify_batch 16 → 32`: what a change did, in one short line."""
+def describe_change(action: str, before: dict, after: dict, node: str | None = None) -> str:
+    """`k 4 → 2`, `max_verify_batch 16 → 32`, `gpu-3 moved chat → code (verify)`: what a
+    change did, in one short line; a change to a node names it."""
+    if node:
+        said = _node_change(action, before or {}, after or {}, node)
+        if said:
+            return said
     parts = []
     for key in list(after)[:4]:
         old, new = (before or {}).get(key), after.get(key)
@@ -95,6 +100,23 @@ def describe_change(action: str, before: dict, after: dict) -> str:
         else:
             parts.append(f"{key} {_short(old)} → {_short(new)}")
     return "; ".join(parts) or action.replace("_", " ")
+
+
+def _node_change(action: str, before: dict, after: dict, node: str) -> str | None:
+    role, old_role = after.get("role"), before.get("role")
+    if action == "move":
+        roles = f"{old_role} → {role}" if old_role and old_role != role else f"{role}"
+        return f"{node} moved {before.get('pipeline')} → {after.get('pipeline')} ({roles})"
+    if action == "place":
+        was = f" (was {old_role})" if old_role else ""
+        return f"{node} placed as {role}{was}"
+    if action == "unplace":
+        return f"{node} removed from {before.get('pipeline')}"
+    if action == "drain":
+        return f"{node} draining"
+    if action == "return":
+        return f"{node} back in service"
+    return None
 
 
 def _k_text(policy) -> str:

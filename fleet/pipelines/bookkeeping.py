@@ -117,7 +117,11 @@ def bump(pipeline: Pipeline, update_fields: list[str] | None = None) -> None:
     )
 
 
-def audit(*, actor, action: str, pipeline=None, node=None, before=None, after=None, reason=""):
+def audit(
+    *, actor, action: str, pipeline=None, node=None, before=None, after=None, reason="", at=None
+):
+    """One audit event (`at`: its time, for events that are one change seen from two
+    pipelines, such as a move); its chart marker goes to the open pages after commit."""
     user, label = actor_of(actor)
     event = AuditEvent.objects.create(
         actor=user,
@@ -128,6 +132,7 @@ def audit(*, actor, action: str, pipeline=None, node=None, before=None, after=No
         before=before or {},
         after=after or {},
         reason=reason or "",
+        **({"created_at": at} if at is not None else {}),
     )
     if pipeline is not None or node is not None:
         transaction.on_commit(partial(_committed, event))  # its marker, on the open pages

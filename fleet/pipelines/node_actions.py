@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.utils import timezone
 
 from fleet.nodes.choices import NodeState
 from fleet.nodes.models import Node, NodeConflict
@@ -111,15 +112,20 @@ def node_move(
     placement = Placement.objects.create(pipeline=dest, node=node, role=role)
     bookkeeping.bump(source)
     bookkeeping.bump(dest)
-    bookkeeping.audit(
-        actor=actor,
-        action="move",
-        pipeline=dest,
-        node=node,
-        before={"pipeline": source.name, "role": old_role},
-        after={"pipeline": dest.name, "role": role},
-        reason=reason,
-    )
+    # one change seen from both pipelines: audited (and marked on the charts) on each, at
+    # one time, so the node's own page shows it once
+    at = timezone.now()
+    for pipeline in (source, dest):
+        bookkeeping.audit(
+            actor=actor,
+            action="move",
+            pipeline=pipeline,
+            node=node,
+            before={"pipeline": source.name, "role": old_role},
+            after={"pipeline": dest.name, "role": role},
+            reason=reason,
+            at=at,
+        )
     bookkeeping.push_to_nodes_after_commit(dest.pk, [node.pk])  # its new pipeline's config
     registry_changed_after_commit([node.pk])  # the fleet view shows the move at once
     return placement

@@ -22,9 +22,19 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from fleet.telemetry import admission, canonical, payloads
-from fleet.telemetry.accumulators import Acc, derive, estimate_alpha, positions
+from fleet.telemetry.accumulators import Acc, derive
 from fleet.telemetry.ingest import SHARDS, Verifier, unpack
-from fleet.telemetry.merge import Merge, aged, compose_row, remember
+from fleet.telemetry.merge import (
+    FLEET_ALL,
+    FLEET_REAL,
+    FLEET_SIMULATED,
+    ROLLUP_S,
+    Merge,
+    aged,
+    compose_row,
+    measured,
+    newer,
+)
 from fleet.telemetry.registry import Registry
 from fleet.telemetry.samples import InvalidSample
 
@@ -32,15 +42,12 @@ log = logging.getLogger("fleet.telemetry.aggregator")  # one logger for the whol
 
 LIVE_WINDOW_S = 5.0
 STALE_AFTER_S = 10.0
-ROLLUP_S = 10
 ROLLUP_LONG_S = 300
 PENDING_MAX = 20_000
 SNAPSHOT_FULL_S = 10.0  # every node's snapshot field is rewritten at least this often
 SNAPSHOT_SLICE_MAX = 150  # ... unless that is more than this many a tick (then less often)
 SNAPSHOT_MIN_S = 10.0  # and a changed one at most this often (the node page has its socket)
 FULL_ROWS_S = 5.0  # every node's figure row goes to the merge at least this often
-# The fleet's rollup rows (scope "fleet"): all nodes, the real ones, the simulated ones.
-FLEET_ALL, FLEET_REAL, FLEET_SIMULATED = 0, 1, 2
 
 
 @dataclass
@@ -278,8 +285,6 @@ class Aggregation:
             fig = None
         else:
             fig = _figures(live)
-            if fig[5] is not None:  # acceptance measured: remember it
-                state.last_measured = remember(state.last_measured, _acceptance(live), now)
         if last is not None:
             if fig is None:
                 fig = [None] * 6
@@ -474,7 +479,7 @@ class Aggregation:
             when = _now_iso(self.long_start)
             if span > 0:
                 rows += [
-                    _rollup("node", nid, ROLLUP_LONG_S, when, derive(acc, span))
+                    _rollup("node", nid, ROLLUP_LONG_S, when, rollup_data(acc, span))
                     for nid, acc in longs.items()
                 ]
             for state in self.nodes.values():
@@ -494,10 +499,13 @@ class Aggregation:
         by_shard: dict[int, dict] = {s: {} for s in (self.owned or range(SHARDS))}
         reg = self.registry
         for nid, acc in accs.items():
-            rows.append(_rollup("node", nid, resolution, when, derive(acc, span)))
+            data = rollup_data(acc, span)
+            rows.append(_rollup("node", nid, resolution, when, data))
             info = reg.nodes.get(nid)
             pid = info.pipeline_id if info else None
             state = self.nodes.get(nid)
+            if state is not None and resolution == ROLLUP_S:  # its last measured acceptance
+                state.last_measured = newer(state.last_measured, measured(data, start + resolution))
             last = state.last if state is not None else None
             sim = bool((info and info.simulated) or (last or {}).get("simulated"))
             sums_of = by_shard.setdefault(nid % SHARDS, {})
@@ -525,6 +533,7 @@ class Aggregation:
             span = self._span(ROLLUP_LONG_S, long_start)
             if span > 0:
                 rows += scope_rollups(ROLLUP_LONG_S, long_start, span, [merged])
+        self.merge.observe_rollups(rows)
         return rows
 
 
@@ -576,15 +585,15 @@ def scope_rollups(resolution: int, start: float, span: float, shard_groups: list
                 pipes[pid] = Acc()
             pipes[pid].add(acc)
     for pid, acc in pipes.items():
-        rows.append(_rollup("pipeline", pid, resolution, when, derive(acc, span)))
+        rows.append(_rollup("pipeline", pid, resolution, when, rollup_data(acc, span)))
     fleet = by_class[False].copy()
     fleet.add(by_class[True])
     if not fleet.empty:
-        rows.append(_rollup("fleet", FLEET_ALL, resolution, when, derive(fleet, span)))
+        rows.append(_rollup("fleet", FLEET_ALL, resolution, when, rollup_data(fleet, span)))
     for simulated, acc in by_class.items():
         if not acc.empty:
             scope_id = FLEET_SIMULATED if simulated else FLEET_REAL
-            rows.append(_rollup("fleet", scope_id, resolution, when, derive(acc, span)))
+            rows.append(_rollup("fleet", scope_id, resolution, when, rollup_data(acc, span)))
     return rows
 
 
@@ -606,20 +615,6 @@ def _figures(acc: Acc) -> list:
         round(acc.gen_tokens / span, 2) if span else None,
         round(acc.accepted / acc.draft_tokens, 4) if acc.draft_tokens > 0 else None,
     ]
-
-
-def _acceptance(acc: Acc) -> dict:
-    drafts = acc.drafts
-    alpha = estimate_alpha(positions(acc.per_pos, acc.per_pos_drafts)) if drafts > 0 else None
-    span = acc.dur if acc.dur > 1e-9 else 0.0
-    return {
-        "acceptance_rate": round(acc.accepted / acc.draft_tokens, 4)
-        if acc.draft_tokens > 0
-        else None,
-        "alpha": round(alpha, 4) if alpha is not None else None,
-        "mean_acceptance_length": round(1 + acc.accepted / drafts, 4) if drafts > 0 else None,
-        "tokens_per_s": round(acc.gen_tokens / span, 2) if span else None,
-    }
 
 
 def _totals(state: NodeLive, *open_accs: Acc) -> dict:
@@ -646,6 +641,12 @@ def _totals(state: NodeLive, *open_accs: Acc) -> dict:
         "waiting": last.get("num_requests_waiting"),
         "utilization": last.get("utilization"),
     }
+
+
+def rollup_data(acc: Acc, span: float) -> dict:
+    """A rollup row's figures: derive()'s, and the draft rounds they rest on (`drafts`: how
+    much a bucket's acceptance says, `merge.measured`)."""
+    return {**derive(acc, span), "drafts": round(acc.drafts, 1)}
 
 
 def _rollup(scope: str, scope_id: int, resolution: int, start: datetime, data: dict) -> dict:

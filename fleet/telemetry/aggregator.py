@@ -385,6 +385,7 @@ class Aggregator(Aggregation):
         if len(self._scopes_done) > 100:
             self._scopes_done = {k for k in self._scopes_done if k[1] > now - 900}
         if rows:
+            self.merge.observe_rollups(rows)  # the last measured acceptance the pages show
             _spawn(background, sync_to_async(write_rollups)(rows))
 
 

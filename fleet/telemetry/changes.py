@@ -30,7 +30,12 @@ def message_of(event) -> payloads.ConfigChange:
             "ts": event.created_at.timestamp(),
             "actor": event.actor_label,
             "action": event.action,
-            "text": describe_change(event.action, event.before, event.after),
+            "text": describe_change(
+                event.action,
+                event.before,
+                event.after,
+                node=event.node.name if event.node_id is not None and event.node else None,
+            ),
         },
     }
 

@@ -16,6 +16,10 @@
             comes as a subprotocol (`tandem.wall-token.<token>`, see accounts.wall_links), never
             in the URL, which access logs keep. Read-only: joins the wall group, ignores
             whatever the client sends. An expired or revoked link closes the socket (4403).
+            A refused wall socket is accepted only to be closed at once with its code: a
+            browser sees the close code of an accepted socket only (a refused handshake reads
+            as 1006, a lost connection), and a wall link refused is final, not "reconnecting".
+            Nothing is joined or sent before that close.
 
 Both authenticate BEFORE accepting: an anonymous socket is closed with 4401, an
 authenticated one without the role with 4403, and never accepted first. A socket opened
@@ -321,20 +325,21 @@ class WallConsumer(_PushConsumer):
         offered = self.scope.get("subprotocols") or []
         token = token_from_protocols(offered)
         link, user = None, None
+        protocol = WALL_PROTOCOL if WALL_PROTOCOL in offered else None
         if token:
             link = await _wall_link(token)
             if link is None:
-                await self.close(code=CLOSE_FORBIDDEN)  # revoked, expired or forged link
+                await self._refuse(CLOSE_FORBIDDEN, protocol)  # revoked, expired or forged
                 return
         else:
             user = self.scope.get("user")
             if user is None or not user.is_authenticated:
-                await self.close(code=CLOSE_UNAUTHENTICATED)
+                await self._refuse(CLOSE_UNAUTHENTICATED, protocol)
                 return
             if not await _can(user, "view"):
-                await self.close(code=CLOSE_FORBIDDEN)
+                await self._refuse(CLOSE_FORBIDDEN, protocol)
                 return
-        await self.accept(subprotocol=WALL_PROTOCOL if WALL_PROTOCOL in offered else None)
+        await self.accept(subprotocol=protocol)
         if link is not None:  # revoking the link closes the screens showing it
             self.link_expires_at = link.expires_at
             self.link_group = wall_link_group(link.pk)
@@ -342,6 +347,12 @@ class WallConsumer(_PushConsumer):
         elif not await self.follow_session(user):
             return
         await self.join(payloads.GROUP_WALL, "fleet")
+
+    async def _refuse(self, code: int, protocol: str | None) -> None:
+        """Decided before accepting; accepted only so that the screen reads `code` (final)."""
+        self.closing = True
+        await self.accept(subprotocol=protocol)
+        await self.close(code=code)
 
     async def _still_allowed(self) -> bool:
         if self.link_expires_at is not None and self.link_expires_at <= timezone.now():

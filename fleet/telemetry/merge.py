@@ -23,6 +23,8 @@ from fleet.telemetry.registry import NodeInfo, Registry
 
 STALE_AFTER_S = 10.0
 PARTIAL_FRESH_S = 5.0  # a shard's partial older than this is left out (its owner died)
+# The fleet's rollup rows (scope "fleet"): all nodes, the real ones, the simulated ones.
+FLEET_ALL, FLEET_REAL, FLEET_SIMULATED = 0, 1, 2
 
 # A node's figure row as partials carry it (compact): see `Aggregation.partial`.
 POWER, SRC, UTIL, BATCH, TPS, ACC, SEEN, LAST_ROLE, LAST_SIM = range(9)
@@ -73,7 +75,8 @@ class Merge:
         self.shards: dict[int, tuple[float, list, list]] = {}
         self.newest_ts: float | None = None
         self.counters: dict[str, dict] = {}  # aggregator id -> {"samples", "dropped", "ts"}
-        # last acceptance figures per pipeline / fleet class, kept when traffic stops
+        # last acceptance figures per pipeline ("p", id) / fleet class ("fleet", simulated):
+        # the last closed rollup bucket with enough draft rounds (`observe_rollups`)
         self.last_measured: dict[tuple, dict | None] = {}
 
     def apply(self, partial: dict) -> None:
@@ -93,6 +96,22 @@ class Merge:
             "dropped": partial.get("dropped", {}),
             "ts": ts,
         }
+
+    def observe_rollups(self, rows: list[dict]) -> None:
+        """Take the pipeline and fleet rollup rows of closed buckets: each 10 s one with enough
+        draft rounds becomes its scope's last measured acceptance (what the charts' last point
+        with data says), unless a later bucket is held already."""
+        for row in rows:
+            if row["resolution_s"] != ROLLUP_S:
+                continue
+            if row["scope"] == "pipeline":
+                key: tuple = ("p", row["scope_id"])
+            elif row["scope"] == "fleet" and row["scope_id"] in (FLEET_REAL, FLEET_SIMULATED):
+                key = ("fleet", row["scope_id"] == FLEET_SIMULATED)
+            else:
+                continue
+            end = row["start"].timestamp() + row["resolution_s"]
+            self.last_measured[key] = newer(self.last_measured.get(key), measured(row["data"], end))
 
     def forget(self, node_ids) -> None:
         for nid in node_ids:
@@ -121,6 +140,7 @@ class Merge:
         rows: list[payloads.NodeRow] = []
         node_rows: dict[int, payloads.NodeRow] = {}
         states: Counter = Counter()
+        class_states: dict[bool, Counter] = {False: Counter(), True: Counter()}
         simulated = 0
         figs, cache = self.figs, self._rows
         stale_before = now - STALE_AFTER_S
@@ -139,6 +159,7 @@ class Merge:
             rows.append(row)
             node_rows[nid] = row
             states[info.state] += 1
+            class_states[row["sim"]][info.state] += 1
             simulated += row["sim"]
             pid = info.pipeline_id
             if pid in pipe_rows:
@@ -164,6 +185,7 @@ class Merge:
                 ("fleet", sim),
                 derive(by_class[sim], 1.0),
                 nodes=simulated if sim else len(rows) - simulated,
+                states=dict(class_states[sim]),
                 reporting=reporting[sim],
                 now=now,
             )
@@ -182,7 +204,7 @@ class Merge:
                 "drafters": counts[pid]["draft"],
                 "verifiers": counts[pid]["verify"],
                 "stats": pstats,
-                "last_measured": self._last(("p", pid), pstats, now),
+                "last_measured": self._last(("p", pid), now),
             }
             summaries.append(summary)
             pipeline_msgs[pid] = {
@@ -232,13 +254,15 @@ class Merge:
             "counters": {"samples": samples, "dropped": dict(dropped)},
         }
 
-    def _last(self, key, stats: dict, now: float) -> payloads.LastMeasured | None:
-        self.last_measured[key] = remembered = remember(self.last_measured.get(key), stats, now)
-        return aged(remembered, now)
+    def _last(self, key, now: float) -> payloads.LastMeasured | None:
+        return aged(self.last_measured.get(key), now)
 
-    def _kpis(self, key, stats: dict, *, nodes: int, reporting: int, now: float) -> payloads.Kpis:
+    def _kpis(
+        self, key, stats: dict, *, nodes: int, states: dict, reporting: int, now: float
+    ) -> payloads.Kpis:
         return {
             "nodes": nodes,
+            "states": states,
             "reporting": reporting,
             "tokens_per_s": stats["tokens_per_s"],
             "power_w": stats["power_w"],
@@ -251,22 +275,35 @@ class Merge:
             "acceptance_rate": stats["acceptance_rate"],
             "mean_acceptance_length": stats["mean_acceptance_length"],
             "alpha": stats["alpha"],
-            "last_measured": self._last(key, stats, now),
+            "last_measured": self._last(key, now),
         }
 
 
 LAST_MEASURED_FIELDS = ("acceptance_rate", "alpha", "mean_acceptance_length")
+ROLLUP_S = 10  # the short rollup buckets (aggregation's), where last measured figures come from
+# A bucket with fewer draft rounds than this says too little to headline: the tail of a burst
+# (one round, none accepted) read "0.0 % / 1.00" while the chart's last bucket said 16.7 %.
+MIN_DRAFTS = 10
 
 
-def remember(last: dict | None, stats: dict | None, now: float) -> dict | None:
-    """The last acceptance figures measured: `stats`' when it has any, else `last` (kept)."""
-    if not stats or stats.get("acceptance_rate") is None:
-        return last
-    out = {name: stats.get(name) for name in LAST_MEASURED_FIELDS}
-    tps = stats.get("tokens_per_s")
-    out["tokens_per_s"] = tps if tps else (last or {}).get("tokens_per_s")
-    out["last_measured_at"] = now
+def measured(data: dict, at: float) -> dict | None:
+    """The last measured figures of one closed rollup bucket (its rollup data, which carries
+    `drafts`; `at`: its end), or None when it holds fewer than MIN_DRAFTS draft rounds."""
+    if (data.get("drafts") or 0) < MIN_DRAFTS or data.get("acceptance_rate") is None:
+        return None
+    out = {name: data.get(name) for name in LAST_MEASURED_FIELDS}
+    out["tokens_per_s"] = data.get("tokens_per_s")
+    out["last_measured_at"] = at
     return out
+
+
+def newer(last: dict | None, candidate: dict | None) -> dict | None:
+    """The later of two last measured figures (a late bucket closing never replaces a newer)."""
+    if candidate is None:
+        return last
+    if last is not None and last["last_measured_at"] > candidate["last_measured_at"]:
+        return last
+    return candidate
 
 
 def aged(last: dict | None, now: float) -> payloads.LastMeasured | None:

@@ -90,6 +90,7 @@ class Kpis(TypedDict):
     (`kpis_simulated`), never the two mixed."""
 
     nodes: int
+    states: dict[str, int]  # of these nodes: state -> count
     reporting: int  # nodes with samples in the live window
     tokens_per_s: float | None
     power_w: float | None

@@ -149,7 +149,11 @@
     var hist = T.jsonScript("history-data") || {};
     var live = T.jsonScript("live-data");
     var api = "/api/v1/series/" + opts.kind + "/" + opts.id;
-    var state = { range: hist.range || "1h", markers: hist.markers || [], slo: hist.slo || {}, version: null };
+    /* The configuration version the page was rendered with: live updates older than it (the
+       aggregator's registry lags a change by a few seconds) never roll the header back. */
+    var shown = document.getElementById("config");
+    var version = shown && shown.dataset.version ? Number(shown.dataset.version) : null;
+    var state = { range: hist.range || "1h", markers: hist.markers || [], slo: hist.slo || {}, version: version };
     var charts = [];
     CHARTS.forEach(function (spec) {
       var el = document.getElementById(spec[0]);

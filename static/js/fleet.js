@@ -101,13 +101,21 @@
     var mark = document.createElement("span");
     mark.className = "sort-mark";
     th.appendChild(mark);
-    th.addEventListener("click", function () {
+    function sortBy() {
       var key = th.dataset.sort;
       sort = { key: key, dir: sort.key === key ? -sort.dir : 1 };
       marks();
       refilter();
       wrap.scrollTop = 0;
       render();
+    }
+    th.addEventListener("click", sortBy);
+    // and from the keyboard: the header is focusable (tabindex), Enter or Space sorts
+    th.addEventListener("keydown", function (e) {
+      if (e.key === "Enter" || e.key === " ") {
+        e.preventDefault();
+        sortBy();
+      }
     });
   });
   marks();
@@ -326,14 +334,22 @@
     var root = document.getElementById("totals");
     var totals = msg.totals;
     if (totals) {
-      T.setText(root, '[data-k="nodes"]', String(totals.nodes || 0));
-      T.setHTML(root, '[data-k="states"]', stateBadges(totals.states));
       T.setText(root, '[data-k="sim"]', String(totals.simulated_nodes || 0));
     }
-    if (msg.kpis) {
-      lastKpis = msg;
-      kpis(msg);
-    }
+    if (msg.kpis) lastKpis = msg;
+    nodeCount(msg);
+    if (msg.kpis) kpis(msg);
+  }
+  /* The node count and states of the nodes the Real/Simulated filter asks for. */
+  function nodeCount(msg) {
+    if (!msg) return;
+    var sim = filters().sim;
+    var of = sim === "real" ? msg.kpis : sim === "sim" ? msg.kpis_simulated : null;
+    var totals = of && of.states ? of : msg.totals;
+    if (!totals) return;
+    var root = document.getElementById("totals");
+    T.setText(root, '[data-k="nodes"]', String(totals.nodes || 0));
+    T.setHTML(root, '[data-k="states"]', stateBadges(totals.states));
   }
 
   function onSnapshot(m) {
@@ -374,6 +390,7 @@
     wrap.scrollTop = 0; // other rows: from the top
     render();
     kpis(lastKpis);
+    nodeCount(lastKpis);
     var params = new URLSearchParams();
     var f = new FormData(form);
     f.forEach(function (v, k) {

@@ -161,11 +161,24 @@
       self.denied = event.code === 4401 ? "signed out" : event.code === 4403 ? "access revoked" : null;
       if (self.denied) {
         if (self.options.onDenied) self.options.onDenied(event.code);
-        // keep trying slowly: a screen should come back by itself once access is restored
+        if (self.options.finalDenial) {
+          // the server said no (a wall link revoked or expired): final, said for good
+          self.stop();
+          self.status("denied", self.denied);
+          return;
+        }
+        // keep trying slowly: a page should come back by itself once access is restored
         self.attempt = Math.max(self.attempt, 6);
       }
       self.retry();
     };
+  };
+  /* No more reconnecting: the socket, its watchdog and any pending retry end here. */
+  LiveSocket.prototype.stop = function () {
+    this.stopped = true;
+    clearInterval(this.watchdog);
+    clearTimeout(this.timer);
+    if (this.ws && this.ws.readyState < 2) this.ws.close();
   };
   LiveSocket.prototype.retry = function () {
     var self = this;

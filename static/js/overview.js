@@ -39,14 +39,19 @@
     T.setText(root, '[data-o="power"]', T.watts(k.power_w));
     T.setHTML(root, '[data-o="src"]', T.sourcePill(k.power_source) + (ks.nodes ? ' <span class="pill pill-simulated">simulated</span> ' + T.watts(ks.power_w) : ""));
     T.setText(root, '[data-o="tpj"]', T.fmt(k.tokens_per_j, 3));
+    T.setHTML(root, '[data-o="tpj_src"]', T.sourcePill(k.power_source)); // modeled power: modeled tokens/J
     T.setText(root, '[data-o="acc"]', T.pct(lastOr(k, "acceptance_rate")));
     T.setText(root, '[data-o="mal"]', T.fmt(lastOr(k, "mean_acceptance_length"), 2));
     T.setHTML(root, '[data-o="acc_last"]', lastNote(k));
-    T.setText(root, '[data-o="online"]', String((t.states || {}).online || 0));
-    T.setText(root, '[data-o="nodes"]', String(t.nodes || 0));
-    T.setHTML(root, '[data-o="states"]', Object.keys(t.states || {}).sort().map(function (k) {
-      return '<span class="badge state-' + T.esc(k) + '">' + t.states[k] + " " + T.esc(k) + "</span>";
+    // the real nodes, as every headline figure; the simulated ones said apart
+    var states = k.states || t.states || {};
+    T.setText(root, '[data-o="online"]', String(states.online || 0));
+    T.setText(root, '[data-o="nodes"]', String(k.nodes != null ? k.nodes : t.nodes || 0));
+    T.setHTML(root, '[data-o="states"]', Object.keys(states).sort().map(function (s) {
+      return '<span class="badge state-' + T.esc(s) + '">' + states[s] + " " + T.esc(s) + "</span>";
     }).join(""));
+    T.setHTML(root, '[data-o="nodes_sim"]', ks.nodes ? '<span class="pill pill-simulated">simulated</span> ' +
+      ((ks.states || {}).online || 0) + " of " + T.plural(ks.nodes, "simulated node") + " online (not included)" : "");
     var seen = {};
     (m.pipelines || []).forEach(function (p) {
       var tr = row(p);

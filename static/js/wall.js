@@ -8,11 +8,38 @@
   var T = window.Tandem;
   var page = T.jsonScript("wall-data") || {};
   var token = new URLSearchParams(location.hash.replace(/^#/, "")).get("token");
+  function wallData() {
+    return fetch("/wall/data", { headers: { "X-Wall-Token": token }, credentials: "omit", cache: "no-store" });
+  }
+  /* Refused for good (the link revoked, expired or forged; signed out): the page's own
+     message (#wall-denied, rendered by the server) with the server's reason, instead of the
+     figures, and no more reconnecting. */
+  function denied(detail) {
+    document.body.classList.add("wall-denied");
+    var box = document.getElementById("wall-denied");
+    if (box) {
+      box.hidden = false;
+      if (detail) box.querySelector("[data-why]").textContent = detail;
+    }
+    var pill = document.getElementById("live-status");
+    if (pill) {
+      pill.className = "live-status live-denied";
+      pill.querySelector(".live-label").textContent = "not authorised";
+    }
+  }
+  function refusal(r) {
+    return r.json().catch(function () { return {}; }).then(function (body) { return body.detail || null; });
+  }
   if (page.screen && token) {
-    fetch("/wall/data", { headers: { "X-Wall-Token": token }, credentials: "omit", cache: "no-store" })
-      .then(function (r) { return r.ok ? r.json() : {}; })
+    wallData()
+      .then(function (r) {
+        if (r.status === 401 || r.status === 403) return refusal(r).then(function (why) { denied(why); return null; });
+        return r.ok ? r.json() : {};
+      })
       .catch(function () { return {}; })
-      .then(function (data) { start(data, token); });
+      .then(function (data) { if (data) start(data, token); });
+  } else if (page.screen) {
+    denied(null); // a screen address without a wall link
   } else {
     start(page, null);
   }
@@ -148,13 +175,16 @@
       T.setText(root, '[data-w="tpj"]', T.fmt(k.tokens_per_j, 3));
       T.setText(root, '[data-w="tpj_d"]', T.fmt(k.tokens_per_j_draft, 2));
       T.setText(root, '[data-w="tpj_v"]', T.fmt(k.tokens_per_j_verify, 2));
+      T.setHTML(root, '[data-w="tpj_src"]', T.sourcePill(k.power_source)); // modeled power: modeled tokens/J
       T.setText(root, '[data-w="acc"]', T.pct((last || k).acceptance_rate));
       T.setText(root, '[data-w="mal"]', T.fmt((last || k).mean_acceptance_length, 2));
       T.setText(root, '[data-w="alpha"]', T.fmt((last || k).alpha, 2));
       T.setHTML(root, '[data-w="acc_last"]', last ? " · last measured " + T.ago(last.age_s) : "");
-      T.setText(root, '[data-w="online"]', String((t.states || {}).online || 0));
-      T.setText(root, '[data-w="nodes"]', String(t.nodes || 0));
-      T.setHTML(root, '[data-w="states"]', states(t.states));
+      var real = k.states || t.states; // the real nodes, as every headline; simulated apart
+      T.setText(root, '[data-w="online"]', String((real || {}).online || 0));
+      T.setText(root, '[data-w="nodes"]', String(k.nodes != null ? k.nodes : t.nodes || 0));
+      T.setHTML(root, '[data-w="states"]', states(real));
+      T.setHTML(root, '[data-w="nodes_sim"]', ks.nodes ? simPill + ((ks.states || {}).online || 0) + " of " + ks.nodes + " online, not included" : "");
       T.setHTML(root, '[data-w="sim"]', ks.nodes ? simPill + T.fmt(ks.tokens_per_s, 0) + " tok/s on " + T.plural(ks.nodes, "simulated node") + " not included" : "");
       if (addPoint) {
         var point = fleetPoint(k, ks);
@@ -207,6 +237,13 @@
     var protocols = token ? ["tandem.wall", "tandem.wall-token." + token.replace(/:/g, ".")] : null;
     new T.LiveSocket("/ws/wall/", {
       protocols: protocols,
+      finalDenial: true,
+      onDenied: function (code) {
+        if (!token) return denied(code === 4401 ? "Signed out: sign in again to see the wall." : "You may no longer view the wall.");
+        denied(null);
+        wallData().then(function (r) { return r.ok ? null : refusal(r); }).then(function (why) { if (why) denied(why); })
+          .catch(function () {});
+      },
       onStatus: dim,
       onMessage: function (m) {
         if (m.type === "fleet.update") onFleet(m, pointDue());

@@ -60,3 +60,25 @@ def test_the_links_page_sets_an_expiry(admin):
     assert carol.post("/wall/links/", {"name": "x", "expires": "1y"}).status_code == 200
     assert not WallLink.objects.filter(name="x").exists()  # refused with a message
     assert b"Expires" in carol.get("/wall/links/").content
+
+
+def test_a_refused_link_says_why_for_good(admin):
+    """Issue 24.3: the screen's figures request is refused with the reason the screen shows."""
+    from fleet.accounts.wall_links import wall_link_revoke
+
+    def refused(token: str) -> str:
+        response = Client().get("/wall/data", HTTP_X_WALL_TOKEN=token)
+        assert response.status_code == 403
+        return response.json()["detail"]
+
+    revoked, token = wall_link_create(name="NOC", actor=admin)
+    wall_link_revoke(link=revoked, actor=admin)
+    assert refused(token) == "This wall link (“NOC”) was revoked."
+    expired, old = wall_link_create(
+        name="Lobby", actor=admin, expires_at=timezone.now() + timedelta(hours=1)
+    )
+    WallLink.objects.filter(pk=expired.pk).update(expires_at=timezone.now() - timedelta(hours=1))
+    assert refused(old).startswith("This wall link (“Lobby”) expired at ")
+    assert refused(f"{old[:-2]}xx") == "This wall link is not valid."
+    page = Client().get("/wall/screen/").content.decode()  # the page's own message, hidden
+    assert 'id="wall-denied"' in page and "This address needs a valid wall link." in page

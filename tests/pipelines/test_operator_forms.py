@@ -204,3 +204,16 @@ def test_backfill_rebuilds_version_one_from_the_audit_log(operator):
     services.pipeline_rollback(pipeline_id=pipeline.pk, actor=operator, to_version=1)
     pipeline.refresh_from_db()
     assert pipeline.k_policy == {"mode": "fixed", "k": 4} and pipeline.max_verify_batch == 32
+
+
+def test_a_node_change_marker_names_the_node():
+    from fleet.pipelines.audit_diff import describe_change
+
+    move = ({"pipeline": "a", "role": "verify"}, {"pipeline": "b", "role": "verify"})
+    assert describe_change("move", *move, node="gpu-3") == "gpu-3 moved a → b (verify)"
+    turned = ({"pipeline": "a", "role": "draft"}, {"pipeline": "b", "role": "verify"})
+    assert describe_change("move", *turned, node="gpu-3") == "gpu-3 moved a → b (draft → verify)"
+    assert describe_change("drain", {"state": "online"}, {"state": "draining"}, node="n") == (
+        "n draining"
+    )
+    assert describe_change("move", *move) == "pipeline a → b; role verify → verify"  # no node

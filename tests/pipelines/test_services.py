@@ -171,8 +171,12 @@ def test_move_between_pipelines(pipeline, operator, pushed, django_capture_on_co
     assert Pipeline.objects.get(pk=pipeline.pk).version == 2
     assert Pipeline.objects.get(pk=other.pk).version == 2
     assert pushed == [(other.pk, extra.pk)]  # the moved node gets its new pipeline's
-    event = AuditEvent.objects.get(action="move")
-    assert event.before["pipeline"] == "main" and event.after["pipeline"] == "other"
+    # audited on both pipelines (issue 24.5), as one change at one time
+    events = AuditEvent.objects.filter(action="move", node=extra)
+    assert {e.pipeline_id for e in events} == {pipeline.pk, other.pk}
+    assert len({e.created_at for e in events}) == 1
+    for event in events:
+        assert event.before["pipeline"] == "main" and event.after["pipeline"] == "other"
     with pytest.raises(StaleVersion):
         services.node_move(
             node_id=extra.pk, to_pipeline_id=pipeline.pk, actor=operator, expected_version=1

@@ -58,6 +58,13 @@ async def _socket(path: str, user=None, wall_token=None) -> WebsocketCommunicato
 async def _refused_with(path: str, user=None, wall_token=None) -> int | None:
     comm = await _socket(path, user, wall_token)
     connected, code = await comm.connect()
+    if path.startswith("/ws/wall/"):
+        # the wall: accepted only to be closed at once, so the screen reads the code (a
+        # refused handshake reads as 1006 in a browser) and knows the refusal is final
+        assert connected
+        closed = await comm.receive_output(timeout=5)
+        assert closed["type"] == "websocket.close", closed  # nothing sent before it
+        return closed["code"]
     assert not connected
     return code
 

@@ -35,6 +35,7 @@ def mixed_fleet():
     f.place(sim_d, sim_p, "draft")
     agg = Aggregator(clock=lambda: NOW)
     agg.set_registry(load_registry())
+    agg.test_keys = {sim_v.id: f.key_of(sim_v.id, sim_vt)}  # to send more samples
     idle = dict(
         num_drafts=0,
         num_draft_tokens=0,
@@ -111,14 +112,17 @@ def test_last_measured_acceptance_outlives_the_live_window(mixed_fleet):
     live = mixed_fleet.build(NOW + 2.5)
     sim_pipe = next(p for p in live["fleet"]["pipelines"] if p["name"] == "sim")
     assert sim_pipe["stats"]["acceptance_rate"] == pytest.approx(0.6)
+    assert sim_pipe["last_measured"] is None  # no rollup bucket closed yet
+    mixed_fleet.close_buckets(NOW + 10.1)  # the bucket [NOW, NOW + 10) closes
     later = mixed_fleet.build(NOW + 40)  # traffic stopped: the window is empty
     sim_pipe = next(p for p in later["fleet"]["pipelines"] if p["name"] == "sim")
     assert sim_pipe["stats"]["acceptance_rate"] is None
     last = sim_pipe["last_measured"]
     assert last["acceptance_rate"] == pytest.approx(0.6)
     assert last["mean_acceptance_length"] == pytest.approx(3.4)
-    assert last["alpha"] is not None and last["tokens_per_s"] == pytest.approx(34)
-    assert last["last_measured_at"] == NOW + 2.5 and last["age_s"] == 37.5
+    assert last["alpha"] is not None
+    assert last["tokens_per_s"] == pytest.approx(34 * 3 / 10)  # the bucket's, as charted
+    assert last["last_measured_at"] == NOW + 10 and last["age_s"] == 30.0
     assert later["fleet"]["kpis_simulated"]["last_measured"]["acceptance_rate"] == pytest.approx(
         0.6
     )
@@ -126,6 +130,50 @@ def test_last_measured_acceptance_outlives_the_live_window(mixed_fleet):
     node_id = next(r["id"] for r in later["fleet"]["nodes"] if r["name"] == "gpu-sim")
     node_msg = mixed_fleet.node_message(node_id, later["node_rows"], NOW + 40)
     assert node_msg["stats"] == {} and node_msg["last_measured"]["acceptance_rate"] == 0.6
+
+
+def test_last_measured_is_the_last_closed_bucket_with_enough_rounds_not_the_tail(mixed_fleet):
+    """Issue 24.2: a burst's tail (one round, nothing accepted) alone in the live window read
+    "0.0 % / 1.00" while the chart's last bucket said otherwise. The last measured figures are
+    the last closed 10 s bucket's with at least MIN_DRAFTS rounds, as its rollup row says."""
+    from fleet.nodes.models import Node
+    from fleet.pipelines.models import Pipeline
+    from fleet.telemetry.merge import MIN_DRAFTS
+
+    sim_v = Node.objects.get(name="gpu-sim")
+    sim_p = Pipeline.objects.get(name="sim")
+    tail = f.verify_sample(
+        ts=NOW + 12,
+        num_drafts=1,
+        num_draft_tokens=4,
+        num_accepted_tokens=0,
+        num_accepted_tokens_per_pos=[0, 0, 0, 0],
+        generation_tokens=1,
+    )
+    rows = mixed_fleet.close_buckets(NOW + 10.1)
+    pipe_row = next(
+        r
+        for r in rows
+        if (r["scope"], r["scope_id"], r["resolution_s"]) == ("pipeline", sim_p.pk, 10)
+    )
+    assert pipe_row["data"]["drafts"] >= MIN_DRAFTS
+    mixed_fleet.ingest_entry(
+        encode(sim_v.id, tail, key=mixed_fleet.test_keys[sim_v.id]), now=NOW + 12
+    )
+    during = mixed_fleet.build(NOW + 12.5)  # only the tail in the live window
+    sim_pipe = next(p for p in during["fleet"]["pipelines"] if p["name"] == "sim")
+    assert sim_pipe["stats"]["acceptance_rate"] == 0.0  # live: the tail, as it is
+    mixed_fleet.close_buckets(NOW + 20.1)  # a bucket of one round: too few to headline
+    later = mixed_fleet.build(NOW + 40)
+    sim_pipe = next(p for p in later["fleet"]["pipelines"] if p["name"] == "sim")
+    last = sim_pipe["last_measured"]
+    assert last["acceptance_rate"] == pipe_row["data"]["acceptance_rate"] == pytest.approx(0.6)
+    assert last["mean_acceptance_length"] == pipe_row["data"]["mean_acceptance_length"]
+    assert last["last_measured_at"] == NOW + 10
+    kpis = later["fleet"]["kpis_simulated"]["last_measured"]
+    assert kpis["acceptance_rate"] == pytest.approx(0.6)
+    node_msg = mixed_fleet.node_message(sim_v.id, later["node_rows"], NOW + 40)
+    assert node_msg["last_measured"]["acceptance_rate"] == pytest.approx(0.6)
 
 
 def test_pages_headline_the_real_nodes_and_label_the_simulated(viewer, mixed_fleet):
@@ -146,12 +194,13 @@ def test_pages_headline_the_real_nodes_and_label_the_simulated(viewer, mixed_fle
 
 def test_pages_show_the_last_measured_acceptance_after_traffic_stops(viewer, mixed_fleet):
     mixed_fleet.build(NOW + 2.5)
+    mixed_fleet.close_buckets(NOW + 10.1)
     client().hset(LIVE_KEY, mapping=mixed_fleet.build(NOW + 40)["snapshot"])
     c = Client()
     c.force_login(viewer)
     home = c.get("/").content.decode()
     row = home.split('class="num c-acc">')[2]  # the simulated pipeline's row
-    assert row.startswith("60.0%") and "last measured 38 s ago" in row
+    assert row.startswith("60.0%") and "last measured 30 s ago" in row
 
 
 def test_fleet_rollups_and_the_walls_series_keep_real_and_simulated_apart(viewer, mixed_fleet):
@@ -228,6 +277,7 @@ def test_pipeline_and_node_pages_first_paint_the_last_measured(viewer, mixed_fle
     from fleet.pipelines.models import Pipeline
 
     mixed_fleet.build(NOW + 2.5)
+    mixed_fleet.close_buckets(NOW + 10.1)
     client().hset(LIVE_KEY, mapping=mixed_fleet.build(NOW + 40)["snapshot"])
     c = Client()
     c.force_login(viewer)
@@ -238,7 +288,7 @@ def test_pipeline_and_node_pages_first_paint_the_last_measured(viewer, mixed_fle
         kpis = html.split('id="kpis"')[1].split("</section>")[0]
         assert 'data-k="acceptance_rate">60.0%<' in kpis, path
         assert 'data-k="mean_acceptance_length">3.40<' in kpis, path
-        assert "last measured 38 s ago" in kpis, path
+        assert "last measured 30 s ago" in kpis, path
         assert 'data-last="1"' in kpis, path
     live = Pipeline.objects.get(name="real")  # never drafted: nothing to keep, no label
     html = c.get(f"/pipelines/{live.pk}/").content.decode()
