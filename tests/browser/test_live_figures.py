@@ -274,6 +274,7 @@ def test_serving_signals_are_drawn_and_a_zoom_holds_against_live_points(stack, c
         assert len(kv) > 170 and all(30 <= v <= 80 for v in kv)  # batch * 4 of 128 slots, %
         assert len(ttft) > 170 and all(50 <= v <= 300 for v in ttft)  # 80..200 ms sent, binned
 
+        page.locator("#ch-tokens").scroll_into_view_if_needed()  # mouse events need it on screen
         box = page.locator("#ch-tokens .nsewdrag").bounding_box()
         assert box is not None
         y = box["y"] + box["height"] / 2
