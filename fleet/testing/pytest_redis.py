@@ -17,6 +17,9 @@ if "TANDEM_DATA_DIR" not in os.environ:
     os.environ["TANDEM_DATA_DIR"] = str(_data_dir)
     atexit.register(shutil.rmtree, _data_dir, True)
 
+# The node workers' start-up cost sweep (inference/worker/cost_sweep.py): short in tests.
+os.environ.setdefault("TANDEM_COST_SWEEP_S", "0.5")
+
 if not os.environ.get("REDIS_URL"):
     _server = EmbeddedRedis(Path(os.environ["TANDEM_DATA_DIR"]), record=False)
     os.environ["REDIS_URL"] = _server.start()

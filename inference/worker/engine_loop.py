@@ -89,6 +89,7 @@ class BaseLoop:
         self.stats = LoopStats()
         self.tombstones = Tombstones()
         self.stopping = threading.Event()
+        self.prepared = threading.Event()  # set once `prepare` ran (its first round is next)
         self.quiet = Throttled(logger, every_s=30.0)  # Redis away: one line, then a summary
         self._writes: queue.Queue = queue.Queue()
         self._inspect_dirty = True
@@ -151,6 +152,7 @@ class BaseLoop:
             self.prepare()
         except Exception:
             logger.exception("%s loop of node %s: prepare failed", self.role, self.node_id)
+        self.prepared.set()
         while not self.stopping.is_set():
             try:
                 self.step()

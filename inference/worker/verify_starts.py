@@ -89,9 +89,24 @@ class VerifyStarts(BaseLoop):
             if held is not None:
                 if held.attempt >= p["attempt"]:
                     continue
+                p = self._resume_from_here(p, held)
                 self.drop(p["gen"], held.attempt)
             out.append(p)
         return out
+
+    def _resume_from_here(self, p: dict, old: VSeq) -> dict:
+        """The old attempt ran here and kept streaming after the control plane took the
+        stream's tokens for the new start: what it streamed (all of it, unless its first
+        tokens were still held back) is the resume point, not the message's older copy."""
+        if p["gen"] in self.held:
+            return p
+        tokens = [t for e in p.get("resume") or [] for t in e.get("tokens", [])]
+        if len(old.tokens) <= len(tokens):
+            return p
+        return {
+            **p,
+            "resume": [wire.tokens_event(list(old.tokens), old.detok.text, len(old.tokens))],
+        }
 
     def _claim_later(self, starts: list[dict]) -> list[dict]:
         """Report the claims (the ledger answers which are still queued for this node); the

@@ -83,6 +83,7 @@ def _run(pipeline, nodes, wired, kind):
             )
         wired[node.pk] = loop
         loop.start()
+        assert loop.prepared.wait(30), "the loop's start-up cost sweep did not end"
         node.last_seen = timezone.now()
         node.state = "online"
         node.save()
@@ -268,7 +269,9 @@ def test_a_rerouted_start_that_overtakes_the_old_attempts_cancel_replaces_it(
         time.sleep(0.002)
     Generation.objects.filter(pk=g.pk).update(state="queued", attempts=2)
     g.refresh_from_db()
-    verifier.deliver("start", services.start_payload(g))
+    start = services.start_payload(g)  # what a re-route sends: it resumes from the stream
+    start["resume"] = [e for _, e in stream_of(g.pk) if e.get("type") == "tokens"]
+    verifier.deliver("start", start)
     while not Generation.objects.filter(pk=g.pk, state="running").exists():  # claimed
         assert time.monotonic() < deadline
         time.sleep(0.002)
