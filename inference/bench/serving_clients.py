@@ -16,7 +16,7 @@ def percentile(values: list[float], q: float) -> float | None:
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
-async def _client(http, base, key, prompts, max_tokens, records, api="rest") -> None:
+async def _client(http, base, key, prompts, max_tokens, records, api="rest", params=None) -> None:
     """POST each prompt, then follow its SSE stream to the end, timing every token event
     (api "openai": one streaming POST /v1/completions per prompt)."""
     headers = {"Authorization": f"Bearer {key}"}
@@ -34,6 +34,7 @@ async def _client(http, base, key, prompts, max_tokens, records, api="rest") -> 
                 "prompt": prompt,
                 "max_tokens": max_tokens,
                 "temperature": 0,
+                **(params or {}),
             },
         )
         if r.status_code != 201:
@@ -105,9 +106,11 @@ def drive(
     prompts_per_client: list[list[str]],
     max_tokens: int,
     api: str = "rest",
+    params: dict | None = None,
 ) -> dict:
     """Every client sends its prompts one after another, all clients at once; tokens/s,
-    inter-token latency (the gap between token events split over their tokens) and TTFT."""
+    inter-token latency (the gap between token events split over their tokens) and TTFT.
+    `params`: sampling parameters over the default greedy ones (REST only)."""
     import httpx
 
     records: list[dict] = []
@@ -117,7 +120,7 @@ def drive(
         async with httpx.AsyncClient(timeout=600, limits=limits) as http:
             await asyncio.gather(
                 *(
-                    _client(http, base, key, ps, max_tokens, records, api)
+                    _client(http, base, key, ps, max_tokens, records, api, params)
                     for ps in prompts_per_client
                 )
             )
