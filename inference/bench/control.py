@@ -4,8 +4,9 @@ In a throw-away data directory (as bench_serving: its own Redis and SQLite), the
 the ledger, the telemetry aggregator and one drafter + one verifier `run_node` worker on the
 demo pair serve clients over the REST API. For 1 and 8 concurrent streams and two phases --
 high acceptance (the demo pair's own domain: Python source lines, greedy) and low acceptance
-(random characters, sampled hot: LOW_PARAMS) -- it measures every fixed k in the sweep, then adaptive k over phase 1 followed
-at once by phase 2 (so the drafter must re-settle), all in this one run:
+(random characters, sampled hot: LOW_PARAMS) -- it measures every fixed k in the sweep and
+adaptive k, each twice, interleaved; then adaptive over phase 1 followed at once by phase 2
+(so the drafter must re-settle), all in this one run:
 
 - adaptive_vs_best_fixed_min: adaptive goodput / the best fixed k of that phase (min over
   phases x streams);
