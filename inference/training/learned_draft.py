@@ -54,6 +54,7 @@ class Recipe:
     minutes: float = 8.0  # the whole run: answers, training, evaluation
     gen_share: float = 0.45  # of the budget, at most, for the target's answers
     max_prompts: int | None = None  # None: every training prompt
+    max_steps: int | None = None  # None: train until the deadline (tests: a few steps)
     seed: int = 0
 
 
@@ -200,7 +201,7 @@ def _distil(student, data, r: Recipe, deadline: float, rnd, log) -> dict:
     opt = make_optimizer(student, _optim(r))
     batches = _batches(data, min(r.batch, len(data)), rnd)
     t0, step, losses, agree = time.monotonic(), 0, [], []
-    while time.monotonic() < deadline or step == 0:
+    while (time.monotonic() < deadline or step == 0) and step != r.max_steps:
         rows = next(batches)
         loss, a = _loss(student, rows, r.hard_weight)
         opt.zero_grad(set_to_none=True)
