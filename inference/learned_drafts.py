@@ -16,11 +16,15 @@ ACTOR = "train_draft"
 
 def resolve_target(target: str) -> tuple[Pipeline | None, Path]:
     """`target` is a pipeline's name (its target model) or a model reference (a directory
-    under DATA_DIR/models, or an absolute path): (the pipeline or None, the directory)."""
+    under DATA_DIR/models, or an absolute path): (the pipeline or None, the directory). A
+    model directory that exists needs no database."""
     from inference.worker.engine_cache import model_dir
 
+    direct = model_dir(target)
+    if (direct / "config.json").exists():
+        return None, direct
     pipeline = Pipeline.objects.filter(name=target).first()
-    return pipeline, model_dir(pipeline.target_model if pipeline else target)
+    return pipeline, model_dir(pipeline.target_model) if pipeline else direct
 
 
 @transaction.atomic

@@ -49,7 +49,7 @@ class Recipe:
     max_new: int = 64
     gen_batch: int = 32
     batch: int = 8  # sequences per optimizer step
-    lr: float = 5e-4
+    lr: float = 1e-3
     hard_weight: float = 0.5
     minutes: float = 8.0  # the whole run: answers, training, evaluation
     gen_share: float = 0.45  # of the budget, at most, for the target's answers

@@ -391,3 +391,17 @@ def test_a_oneshot_job_is_done_when_it_succeeds_and_failed_not_restarted_when_it
         assert names == {"train-bad"}  # a finished job is not a problem; a failed one is
     finally:
         supervisor.stop_all()
+
+
+def test_up_trains_the_learned_draft_once_in_the_background_unless_switched_off(
+    settings, monkeypatch
+):
+    from inference.worker.launch import train_children
+
+    monkeypatch.setenv("TANDEM_DEFAULT_PIPELINES", "smollm2,demo")
+    (job,) = train_children(settings)  # the demo pair trains its own draft
+    assert job.name == "train-smollm2" and job.oneshot and not job.node
+    assert job.argv[2:6] == ["train_draft", "--target", "smollm2", "--serve"]
+    assert "--nice" in job.argv
+    monkeypatch.setenv("TANDEM_LEARNED_DRAFTS", "0")
+    assert train_children(settings) == []

@@ -12,6 +12,7 @@ from inference.engine.sampling import SamplingParams
 from inference.training.self_draft import self_draft
 from inference.worker.draft import DraftLoop
 from tests.serving.helpers import write_pair
+from tests.serving.test_loops import wired  # noqa: F401  (the loops' fixture)
 
 
 def _loop(sent: list) -> DraftLoop:
@@ -70,3 +71,49 @@ def test_a_draft_that_cannot_be_loaded_leaves_the_old_one_drafting(tmp_path):
     assert loop.engine is old and loop.config["draft_model"] == missing
     (draft,) = loop.engine.propose([("a", 2)])
     assert draft.tokens == [3, 1]  # the n-gram drafter still has the sequence
+
+
+def test_through_the_loops_a_swap_to_a_learned_draft_keeps_every_output(
+    transactional_db,
+    tmp_path,
+    wired,  # noqa: F811
+):
+    """n-gram drafting, then the pipeline's config names a reduced-head draft: the loops load
+    it between rounds and every answer, before and after, equals plain greedy decoding."""
+    from fleet.pipelines.models import Pipeline
+    from inference import services
+    from inference.engine.engines import VerifyEngine
+    from inference.engine.generator import generate
+    from tests.serving.helpers import make_pipeline, tokens_of, wait_done
+    from tests.serving.test_loops import _run
+    from tests.serving.test_workers import prompts
+
+    target, _ = write_pair(tmp_path)
+    tm, tok = load_checkpoint(target)
+    learned = save_checkpoint(self_draft(tm, 1, torch.arange(0, 259, 2)), tok, tmp_path / "l")
+    pipeline, nodes = make_pipeline("swap", target, None, kind="ngram", max_batch_wait_ms=5)
+    _run(pipeline, nodes, wired, "ngram")
+    ps = prompts(4, seed=9)
+    params = {"temperature": 0, "max_tokens": 20}
+    want = generate(
+        VerifyEngine(tm, tok, n_slots=4), ps, SamplingParams(temperature=0, max_tokens=20)
+    )
+
+    def answers():
+        gens = [
+            services.generation_submit(
+                pipeline=pipeline, prompt="", prompt_tokens=p, params=params, user=None
+            )
+            for p in ps
+        ]
+        done = wait_done([g.pk for g in gens], timeout=60)
+        return [tokens_of(done[str(g.pk)]) for g in gens]
+
+    assert answers() == [o.token_ids for o in want]
+    Pipeline.objects.filter(pk=pipeline.pk).update(drafter_kind="model", draft_model=str(learned))
+    pipeline.refresh_from_db()
+    services.push_pipeline_config(pipeline)
+    assert answers() == [o.token_ids for o in want]
+    drafter = next(wired[n.pk] for n, r, _ in nodes if r == "draft")
+    assert drafter.loaded == ("model", str(learned))
+    assert drafter.engine.drafter.vocab_ids is not None
