@@ -67,6 +67,8 @@ def run_draft_bench(cfg: DraftBenchConfig, log: Callable[[str], None] = print) -
     torch.set_num_threads(cfg.threads)
     torch.set_grad_enabled(False)
     target, tok = load_checkpoint(cfg.target)
+    if tok is None:
+        raise ValueError(f"{cfg.target} has no tokenizer.json")
     draft_model, _ = load_checkpoint(cfg.draft)
     _, held = draft_data.split(draft_data.load_prompts())
     held = held[: cfg.n_prompts] if cfg.n_prompts else held
@@ -80,7 +82,7 @@ def run_draft_bench(cfg: DraftBenchConfig, log: Callable[[str], None] = print) -
         return DraftEngine.from_model(draft_model, tok, n_slots=n, max_len=max_len)
 
     kinds = {"plain": lambda: None, "learned": learned, "ngram": DraftEngine.ngram}
-    tokens = {kind: [] for kind in kinds}
+    tokens: dict[str, list[list[int]]] = {kind: [] for kind in kinds}
     seconds = dict.fromkeys(kinds, 0.0)
     counters = {kind: SpecCounters() for kind in kinds}
     for i, p in enumerate(prompts):

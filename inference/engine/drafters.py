@@ -88,7 +88,8 @@ class ModelDrafter:
         self.cache = KVCache.for_model(model, n_slots, max_len)
         self.device = self.cache.k[0].device
         self.runner = make_runner(model, self.cache, static, graphs)  # see VerifyEngine
-        self.vocab_ids = model.vocab_ids  # None: a full head
+        # a reduced head's token ids (None: a full head)
+        self.vocab_ids: torch.Tensor | None = model.vocab_ids  # type: ignore[assignment]
         self.seqs: dict[SeqId, _Seq] = {}
 
     @property

@@ -37,6 +37,7 @@ def test_reduced_draft_tokens_and_q_stay_in_its_vocabulary():
     engine.add("s", [4, 6, 8], SamplingParams(temperature=1.0, seed=1))
     (d,) = engine.propose([("s", 4)])
     assert set(d.tokens) <= set(ids.tolist())
+    assert d.probs is not None
     q = draft_q(d.probs)
     assert q.shape == (4, 64)
     outside = torch.ones(64, dtype=torch.bool)
@@ -57,7 +58,9 @@ def test_reduced_head_checkpoint_round_trip(tmp_path):
     save_checkpoint(draft, None, tmp_path / "d")
     loaded, _ = load_checkpoint(tmp_path / "d")
     assert loaded.config.draft_vocab_size == 5
-    assert loaded.vocab_ids.tolist() == [1, 4, 9, 16, 25] and loaded.vocab_ids.dtype == torch.long
+    ids = loaded.vocab_ids
+    assert isinstance(ids, torch.Tensor) and ids.dtype == torch.long
+    assert ids.tolist() == [1, 4, 9, 16, 25]
     x = torch.tensor([PROMPTS[2]])
     with torch.no_grad():
         assert torch.allclose(loaded(x), draft(x))

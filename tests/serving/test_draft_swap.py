@@ -18,7 +18,7 @@ from tests.serving.test_loops import wired  # noqa: F401  (the loops' fixture)
 def _loop(sent: list) -> DraftLoop:
     config = {"drafter_kind": "ngram", "draft_model": "", "k_policy": {"mode": "fixed", "k": 3}}
     loop = DraftLoop(engine=DraftEngine.ngram(), node_id=5, pipeline_id=1, config=config)
-    loop.send = lambda node, kind, p: sent.append((node, kind, p))
+    loop.send = lambda node_id, kind, payload: sent.append((node_id, kind, payload))  # type: ignore[method-assign]
     return loop
 
 

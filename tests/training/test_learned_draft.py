@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from inference.engine.checkpoints import load_checkpoint
 from inference.engine.engines import DraftEngine, VerifyEngine
@@ -48,8 +49,11 @@ def test_training_a_draft_for_a_tiny_target_in_seconds(tmp_path, prompts_file):
     draft, tok = load_checkpoint(out)
     target, _ = load_checkpoint(target_dir)
     assert draft.config.num_hidden_layers == 1 and draft.config.draft_vocab_size == 48
-    assert target.config.eos_token_ids[0] in draft.vocab_ids.tolist()  # the end is draftable
-    assert tok is not None and tok.hash == load_checkpoint(target_dir)[1].hash
+    ids = draft.vocab_ids
+    assert isinstance(ids, torch.Tensor)
+    assert target.config.eos_token_ids[0] in ids.tolist()  # the end is draftable
+    target_tok = load_checkpoint(target_dir)[1]
+    assert tok is not None and target_tok is not None and tok.hash == target_tok.hash
     # served, it changes nothing: greedy output equals plain decoding's
     prompts = [tok.encode(f"question {i}: what follows?") for i in range(4)]
     params = SamplingParams(temperature=0, max_tokens=16)

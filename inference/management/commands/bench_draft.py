@@ -37,11 +37,12 @@ class Command(BaseCommand):
         if target:
             target_dir = model_dir(target)
         else:
-            target_dir, why = find_or_convert_smollm2(
+            found, why = find_or_convert_smollm2(
                 smol_dir=None, models_dir=models, log=self.stdout.write
             )
-            if target_dir is None:
+            if found is None:
                 raise CommandError(why)
+            target_dir = found
         draft_dir = Path(draft) if draft else default_out(target_dir)
         if not draft_ready(draft_dir):
             self.stdout.write(f"bench_draft: no draft in {draft_dir}: training it first")

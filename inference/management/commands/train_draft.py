@@ -64,7 +64,7 @@ class Command(BaseCommand):
             self.stdout.write(f"train_draft: a draft is already in {out_dir} (--force retrains)")
         else:
             self._train(target_dir, out_dir, minutes, layers, vocab, opts)
-        if serve:
+        if serve and pipeline is not None:
             ref = out_dir.name if out_dir.parent == Path(settings.DATA_DIR) / "models" else out_dir
             swapped = serve_learned_draft(
                 pipeline=pipeline,
