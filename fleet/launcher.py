@@ -356,6 +356,7 @@ class Supervisor:
 
     def _job_ended(self, child: Child) -> None:
         spec, process = child.spec, child.process
+        assert process is not None  # it was running
         _kill_group(process.pid)
         child.last_exit = exit_reason(process.returncode)
         child.since = time.time()

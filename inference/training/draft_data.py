@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,7 +68,7 @@ def target_answers(
     *,
     max_new: int,
     batch: int = 32,
-    eos: set[int] = frozenset(),
+    eos: Collection[int] = frozenset(),
     deadline: float | None = None,
     on_batch=None,
 ) -> list[Answer]:

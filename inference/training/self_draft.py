@@ -11,6 +11,7 @@ Pure PyTorch, no Django.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 import torch
@@ -20,7 +21,7 @@ from inference.engine.transformer import Transformer
 
 
 def frequent_tokens(
-    sequences: list[list[int]], n: int, vocab_size: int, always: list[int] = ()
+    sequences: list[list[int]], n: int, vocab_size: int, always: Sequence[int] = ()
 ) -> Tensor:
     """The ``n`` most frequent ids in ``sequences`` (ties: lower id first), ``always`` first
     (EOS: a draft that cannot propose the end never matches it); sorted ascending."""
@@ -40,12 +41,11 @@ def self_draft(target: Transformer, n_layers: int, vocab_ids: Tensor | None) -> 
     c = target.config
     if not 0 < n_layers <= c.num_hidden_layers:
         raise ValueError(f"n_layers must be in 1..{c.num_hidden_layers}")
-    reduced = vocab_ids is not None
     cfg = replace(
         c,
         num_hidden_layers=n_layers,
         tie_word_embeddings=False,
-        draft_vocab_size=len(vocab_ids) if reduced else None,
+        draft_vocab_size=len(vocab_ids) if vocab_ids is not None else None,
         extra=dict(c.extra),
     )
     draft = Transformer(cfg)
@@ -57,7 +57,7 @@ def self_draft(target: Transformer, n_layers: int, vocab_ids: Tensor | None) -> 
     head = sd.pop("lm_head.weight", None)
     if head is None:  # tied: the head is the embedding matrix
         head = sd["model.embed_tokens.weight"]
-    if reduced:
+    if vocab_ids is not None:
         ids = vocab_ids.to(torch.long).cpu()
         sd["lm_head.weight"] = head[ids].clone()
         sd["vocab_ids"] = ids.clone()
