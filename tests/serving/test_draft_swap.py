@@ -4,6 +4,7 @@ that cannot be loaded leaves the old one drafting."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from inference.engine.checkpoints import load_checkpoint, save_checkpoint
@@ -73,6 +74,7 @@ def test_a_draft_that_cannot_be_loaded_leaves_the_old_one_drafting(tmp_path):
     assert draft.tokens == [3, 1]  # the n-gram drafter still has the sequence
 
 
+@pytest.mark.slow  # ~10 s: the loops, the ledger, 8 generations
 def test_through_the_loops_a_swap_to_a_learned_draft_keeps_every_output(
     transactional_db,
     tmp_path,

@@ -37,6 +37,7 @@ def test_the_shipped_prompt_set_has_hundreds_of_prompts_in_four_domains():
     assert not {r["prompt"] for r in train} & {r["prompt"] for r in held} and len(held) >= 30
 
 
+@pytest.mark.slow  # ~10-15 s on 2 shared cores
 def test_training_a_draft_for_a_tiny_target_in_seconds(tmp_path, prompts_file):
     target_dir, _ = write_pair(tmp_path)
     out = tmp_path / "target-draft"
@@ -70,6 +71,7 @@ def _snapshot(d):
     return {p.name: p.read_bytes() for p in sorted(d.iterdir())}
 
 
+@pytest.mark.slow  # ~10 s each on 2 shared cores: two trainings
 @pytest.mark.parametrize("fails_in", ["_distil", "save_checkpoint"])
 def test_a_failed_training_leaves_the_served_draft_untouched(
     tmp_path, prompts_file, monkeypatch, fails_in
