@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import io
 
 import pytest
 
@@ -58,3 +59,25 @@ def test_an_operator_who_went_back_to_ngram_is_not_overruled(smol):
     assert not serve_learned_draft(pipeline=pipeline, draft_model="smol-draft", reason="up")
     pipeline.refresh_from_db()
     assert pipeline.drafter_kind == "ngram" and pipeline.version == 3
+
+
+@pytest.mark.slow  # ~10-20 s: trains a tiny target's draft through the command
+def test_train_draft_serve_trains_then_swaps_the_pipeline(db, tmp_path, settings, monkeypatch):
+    from django.core.management import call_command
+
+    from tests.serving.helpers import write_pair
+
+    settings.DATA_DIR = tmp_path / "data"
+    settings.MODEL_PATHS = []
+    models = tmp_path / "data" / "models"
+    models.mkdir(parents=True)
+    target, _ = write_pair(tmp_path)
+    target.rename(models / "smol")
+    monkeypatch.setattr("fleet.pipelines.bookkeeping.push_after_commit", lambda pk: None)
+    p = make_pipeline(name="smollm2", target_model="smol", draft_model="", drafter_kind="ngram")
+    args = ["--target", "smollm2", "--serve", "--minutes", "0.1", "--layers", "1"]
+    call_command("train_draft", *args, "--vocab", "48", stdout=io.StringIO())
+    assert (models / "smol-draft" / "draft.json").exists()
+    p.refresh_from_db()
+    assert (p.drafter_kind, p.draft_model) == ("model", "smol-draft")
+    assert AuditEvent.objects.filter(pipeline=p, action="swap_draft", actor_label=ACTOR).exists()
