@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-import json
 import io
+import json
 
 import pytest
 
