@@ -43,17 +43,19 @@ from pathlib import Path
 
 from django.utils.module_loading import import_string
 
-from fleet.supervision import FAILED, RESTARTING, RUNNING, write_state
+from fleet.supervision import DONE, FAILED, RESTARTING, RUNNING, write_state
 
 # Dotted paths of `factory(settings) -> list[ChildSpec]`, started in this order between the
 # control worker and the web server: the telemetry aggregator, the fleet simulator, the
-# ledger (node workers' reports -> the database), the local node workers (draft/verify).
+# ledger (node workers' reports -> the database), the local node workers (draft/verify), the
+# one-shot training of their learned drafts.
 # By convention each lives in a `launch.py` beside its code.
 CHILD_FACTORIES: list[str] = [
     "fleet.telemetry.launch.aggregator_children",
     "fleet.planner.launch.simulator_children",
     "inference.launch.ledger_children",
     "inference.worker.launch.node_children",
+    "inference.worker.launch.train_children",
 ]
 
 
@@ -92,6 +94,9 @@ class ChildSpec:
     stdin: bytes | None = None
     # The child's umask (the embedded Redis: its files are its owner's only).
     umask: int | None = None
+    # A job that runs once (training a draft): exit 0 leaves it done; any other end leaves it
+    # failed, not restarted (a job that fails would fail again, at a cost), and says so.
+    oneshot: bool = False
 
 
 def _python() -> str:
@@ -341,7 +346,10 @@ class Supervisor:
         now = time.monotonic()
         for child in self.children:
             if child.state == RUNNING and child.process.poll() is not None:
-                self._died(child, now)
+                if child.spec.oneshot:
+                    self._job_ended(child)
+                else:
+                    self._died(child, now)
             elif child.state == RESTARTING and now >= child.restart_at and not self.stop_requested:
                 self._restart(child)
 
@@ -376,6 +384,20 @@ class Supervisor:
                 self.log(f"  (could not report {spec.name}'s exit: {exc!r})")
         if child.state == FAILED and spec.essential:
             raise ChildFailed(f"{spec.name} {child.last_exit} {recent} times; gave up")
+
+    def _job_ended(self, child: Child) -> None:
+        spec, process = child.spec, child.process
+        assert process is not None  # it was running
+        _kill_group(process.pid)
+        child.last_exit = exit_reason(process.returncode)
+        child.since = time.time()
+        if process.returncode == 0:
+            child.state = DONE
+            self.log(f"  {spec.name} (pid {process.pid}) done")
+        else:
+            child.state = FAILED
+            self.log(f"  !!! {spec.name} (pid {process.pid}) {child.last_exit}: not restarting it")
+        self._write_state()
 
     def _restart(self, child: Child) -> None:
         child.process = self._spawn(child.spec)

@@ -19,7 +19,8 @@ STATE_FILE = "supervisor.json"
 
 # A child's states. RUNNING: its process is alive. RESTARTING: it died and waits out its
 # backoff. FAILED: it died too often; the supervisor gave up and keeps the others running.
-RUNNING, RESTARTING, FAILED = "running", "restarting", "failed"
+# DONE: a one-shot job (ChildSpec.oneshot) that finished its work.
+RUNNING, RESTARTING, FAILED, DONE = "running", "restarting", "failed", "done"
 PROBLEM_STATES = frozenset({RESTARTING, FAILED})
 
 

@@ -19,6 +19,9 @@ if "TANDEM_DATA_DIR" not in os.environ:
 
 # The node workers' start-up cost sweep (inference/worker/cost_sweep.py): short in tests.
 os.environ.setdefault("TANDEM_COST_SWEEP_S", "0.5")
+# `up` under test trains no learned draft in the background (ten minutes of both cores);
+# the tests of that job switch it on themselves.
+os.environ.setdefault("TANDEM_LEARNED_DRAFTS", "0")
 
 if not os.environ.get("REDIS_URL"):
     _server = EmbeddedRedis(Path(os.environ["TANDEM_DATA_DIR"]), record=False)

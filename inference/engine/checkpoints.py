@@ -42,7 +42,10 @@ def build_model(
     """A Transformer holding ``state_dict`` (HF names), without a throwaway random init."""
     with torch.device("meta"):
         model = Transformer(config)
-    sd = {k: v.to(device=device, dtype=dtype) for k, v in state_dict.items()}
+    sd = {  # integer buffers (a reduced head's vocab_ids) keep their dtype
+        k: v.to(device=device, dtype=dtype if v.is_floating_point() else v.dtype)
+        for k, v in state_dict.items()
+    }
     if config.tie_word_embeddings:
         sd.setdefault("lm_head.weight", sd["model.embed_tokens.weight"])
     model.load_state_dict(sd, strict=True, assign=True)

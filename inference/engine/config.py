@@ -30,6 +30,9 @@ class ModelConfig:
     bos_token_id: int | None = None
     eos_token_id: int | list[int] | None = None
     model_type: str = "llama"
+    # A draft model's reduced head (FR-Spec): logits over these many target token ids only,
+    # listed in the checkpoint's ``vocab_ids``; the distribution is zero elsewhere.
+    draft_vocab_size: int | None = None
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -41,6 +44,10 @@ class ModelConfig:
             raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
         if self.model_type not in SUPPORTED_MODEL_TYPES:
             raise ValueError(f"unsupported model_type {self.model_type!r}")
+        if self.draft_vocab_size is not None and (
+            self.tie_word_embeddings or not 0 < self.draft_vocab_size <= self.vocab_size
+        ):
+            raise ValueError("a reduced head needs 0 < draft_vocab_size <= vocab_size, untied")
         if self.rope_scaling is not None:
             kind = self.rope_scaling.get("rope_type", self.rope_scaling.get("type", "default"))
             if kind not in ROPE_TYPES:
@@ -97,6 +104,7 @@ class ModelConfig:
         d["architectures"] = [arch[self.model_type]]
         d["hidden_act"] = "silu"
         d["torch_dtype"] = "float32"
-        if d["rope_scaling"] is None:
-            d.pop("rope_scaling")
+        for key in ("rope_scaling", "draft_vocab_size"):
+            if d[key] is None:
+                d.pop(key)
         return d

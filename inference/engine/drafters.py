@@ -70,7 +70,10 @@ class ModelDrafter:
     """A draft model drafting all requested sequences in one batched forward per position.
 
     Draft tokens are sampled with the request's own temperature/top-k/top-p (greedy requests
-    draft greedily and send no probabilities)."""
+    draft greedily and send no probabilities). A draft with a reduced head (FR-Spec: logits
+    over ``model.vocab_ids`` only) samples among those tokens and sends its q scattered into
+    the full vocabulary, zero elsewhere: the rejection sampler then sees the distribution the
+    token really came from, so verification stays exact."""
 
     def __init__(
         self,
@@ -85,6 +88,8 @@ class ModelDrafter:
         self.cache = KVCache.for_model(model, n_slots, max_len)
         self.device = self.cache.k[0].device
         self.runner = make_runner(model, self.cache, static, graphs)  # see VerifyEngine
+        # a reduced head's token ids (None: a full head)
+        self.vocab_ids: torch.Tensor | None = model.vocab_ids  # type: ignore[assignment]
         self.seqs: dict[SeqId, _Seq] = {}
 
     @property
@@ -155,19 +160,26 @@ class ModelDrafter:
 
     def _sample(self, rows: list[_Seq], logits: torch.Tensor) -> None:
         params = [s.params for s in rows]
+        ids = self.vocab_ids
         if all(p.greedy for p in params):  # no probabilities to send
-            for s, t in zip(rows, logits.argmax(-1).tolist(), strict=True):
+            top = logits.argmax(-1)
+            for s, t in zip(rows, (top if ids is None else ids[top]).tolist(), strict=True):
                 s.drafted.append(t)
             return
-        probs = logits_to_probs(logits, params)
+        probs = logits_to_probs(logits, params)  # [B, V] or [B, draft vocab]
         tokens = probs.argmax(-1)
         sampled = [i for i, p in enumerate(params) if not p.greedy]
         if sampled:
             q16 = to_wire(probs[sampled])
             noise = exp_noise([rows[i].gen for i in sampled], probs.shape[-1], probs.device)
             tokens[sampled] = (draft_q(q16) / noise).argmax(-1)
+            if ids is not None:  # the full-vocabulary q: zero outside the draft's vocabulary
+                full = q16.new_zeros(len(sampled), self.vocab_size)
+                q16 = full.index_copy_(1, ids, q16)
             for i, q in zip(sampled, q16, strict=True):
                 rows[i].probs.append(q)
+        if ids is not None:
+            tokens = ids[tokens]
         for s, t in zip(rows, tokens.tolist(), strict=True):
             s.drafted.append(t)
 

@@ -133,13 +133,13 @@ class StaticRunner:
         one runs at a time, and the vocabulary-wide output is the largest tensor of a step."""
         bufs = self._bufs.get((B, T))
         if bufs is None:
-            dev, c = self.device, self.model.config
+            dev = self.device
             w = self.model.lm_head.weight
             bufs = self._bufs[(B, T)] = (
                 torch.zeros(B, T, dtype=torch.long, device=dev),
                 torch.zeros(B, dtype=torch.long, device=dev),
                 torch.zeros(B, dtype=torch.long, device=dev),
-                torch.empty(B, T, c.vocab_size, dtype=w.dtype, device=dev),
+                torch.empty(B, T, w.shape[0], dtype=w.dtype, device=dev),
             )
         return bufs
 

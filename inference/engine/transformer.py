@@ -279,9 +279,13 @@ class Transformer(nn.Module):
         super().__init__()
         self.config = config
         self.model = Backbone(config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        n_out = config.draft_vocab_size or config.vocab_size
+        self.lm_head = nn.Linear(config.hidden_size, n_out, bias=False)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
+        # a reduced head's token ids (row i of lm_head scores token vocab_ids[i]); None: all
+        ids = torch.zeros(n_out, dtype=torch.long) if config.draft_vocab_size else None
+        self.register_buffer("vocab_ids", ids)
         self.register_buffer("inv_freq", rope_inv_freq(config), persistent=False)
         self.head = FusedLinear([self.lm_head])
         self.apply(self._init_weights)
@@ -412,5 +416,6 @@ class Transformer(nn.Module):
         return self.logits(self.hidden(tokens, cache, slots, n_valid))
 
     def logits(self, h: Tensor) -> Tensor:
-        """The head on final hidden states (one matmul, packed on CPU like the others)."""
+        """The head on final hidden states (one matmul, packed on CPU like the others):
+        [..., V] logits, or [..., draft_vocab_size] for a reduced head (see ``vocab_ids``)."""
         return self.head(h)

@@ -3,7 +3,12 @@ in one batched propose and send ONE message per verifier with those drafts.
 
 k is chosen every round by `fleet.planner.adaptive.AdaptiveK` (adaptive policies) from what
 this loop measures: its drafts' acceptance by position, its propose time by (batch, k), and
-the verifier's forward cost and round trip that come back with the results."""
+the verifier's forward cost and round trip that come back with the results.
+
+A configuration that names another draft (drafter kind or draft model: `pipeline_swap_draft`,
+e.g. when a learned draft is ready) loads it between rounds and moves the sequences in flight
+over with their contexts; if it cannot be loaded, the old draft keeps drafting. Verification
+is exact whatever drafts, so a swap never changes an output."""
 
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ class DraftLoop(BaseLoop):
         self.engine = engine
         self.verifier_of: dict[str, int] = {}  # gen -> verifier node id
         self.attempt_of: dict[str, int] = {}
+        self.params_of: dict[str, object] = {}  # gen -> SamplingParams (for a draft swap)
         self.ready: list[str] = []
         self.adaptive = AdaptiveK()
         self.drafted_k: dict[str, int] = {}  # gen -> tokens drafted in its last round
@@ -33,6 +39,7 @@ class DraftLoop(BaseLoop):
         self.sent_to: dict[int, float] = {}  # verifier -> when this round's drafts left
         self.rounds = 0
         self.k_trace: deque[tuple[float, int, int]] = deque(maxlen=256)  # (time, batch, k)
+        self.loaded = self.draft_ref()  # what the engine drafts with (boot loaded the config's)
 
     def prepare(self) -> None:
         t0 = time.perf_counter()
@@ -85,6 +92,7 @@ class DraftLoop(BaseLoop):
             added = [gid for gid, item in fresh.items() if self._add_one(p, gid, item)]
         for gid in added:
             self.verifier_of[gid], self.attempt_of[gid] = p["verifier"], fresh[gid][0]
+            self.params_of[gid] = fresh[gid][2]
             self.ready.append(gid)
         self._inspect_dirty = True
 
@@ -149,12 +157,72 @@ class DraftLoop(BaseLoop):
         if gid in self.verifier_of and self.attempt_of[gid] <= attempt:
             self.verifier_of.pop(gid)
             self.attempt_of.pop(gid)
+            self.params_of.pop(gid, None)
             self.engine.free(gid)
             self.drafted_k.pop(gid, None)
             self.shadow.pop(gid, None)
             self._inspect_dirty = True
             if gid in self.ready:
                 self.ready.remove(gid)
+
+    # -- draft swaps ------------------------------------------------------------------------
+    def draft_ref(self, config: dict | None = None) -> tuple[str, str]:
+        """(drafter kind, draft model) this configuration drafts with ("none" drafts nothing
+        but keeps an n-gram drafter loaded, as boot does)."""
+        c = self.config if config is None else config
+        kind = c.get("drafter_kind") or "ngram"
+        kind = "ngram" if kind == "none" else kind
+        return kind, (c.get("draft_model") or "") if kind == "model" else ""
+
+    def apply_pipeline_config(self, payload: dict) -> None:
+        super().apply_pipeline_config(payload)
+        if self.draft_ref() != self.loaded:  # a draft that failed to load is tried again
+            self.swap_engine()
+
+    def swap_engine(self) -> bool:
+        """Load the configured draft and move every sequence over to it; False (and the old
+        draft kept) when it cannot be loaded."""
+        from inference.worker import engine_cache
+
+        kind, ref = self.draft_ref()
+        t0 = time.perf_counter()
+        try:
+            engine = engine_cache.load_draft_engine(kind, ref)
+        except Exception:
+            logger.exception(
+                "drafter %s: cannot load the %s draft %r; the old one keeps drafting",
+                self.node_id,
+                kind,
+                ref,
+            )
+            return False
+        old, self.engine, self.loaded = self.engine, engine, (kind, ref)
+        moved = [(g, self._context(old, g), self.params_of.get(g)) for g in self.verifier_of]
+        for gid, _, _ in moved:
+            old.free(gid)
+        try:
+            engine.add_many(moved)
+        except Exception:  # e.g. fewer slots: one by one, the rest decode without drafts
+            for gid, _, _ in moved:
+                engine.free(gid)
+            for gid, ctx, params in moved:
+                if not self._add_one({"verifier": self.verifier_of[gid]}, gid, (0, ctx, params)):
+                    self.drop(gid, self.attempt_of[gid])
+        self._inspect_dirty = True
+        logger.warning(
+            "drafter %s: now drafting with the %s draft %r (%d sequences moved, %.1f s)",
+            self.node_id,
+            kind,
+            ref or "-",
+            len(moved),
+            time.perf_counter() - t0,
+        )
+        return True
+
+    @staticmethod
+    def _context(engine, gid: str) -> list[int]:
+        d = engine.drafter
+        return list(d.seqs[gid].ctx if hasattr(d, "seqs") else d.ctx[gid])
 
     def step(self) -> None:
         phase, t0 = self.stats.add_phase, time.perf_counter()

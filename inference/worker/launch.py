@@ -1,12 +1,13 @@
 """`manage.py up` children: a drafter and a verifier worker for each of this machine's
 pipelines (TANDEM_DEFAULT_PIPELINES; `run_node --local NAME` prepares the pipeline's models
-first if they are missing: see `inference.worker.local`)."""
+first if they are missing: see `inference.worker.local`), and a one-shot job training the
+learned draft of those that have one (TANDEM_LEARNED_DRAFTS=0: none)."""
 
 from __future__ import annotations
 
 import sys
 
-from fleet.env import env_is_set
+from fleet.env import env_bool, env_is_set
 from fleet.launcher import ChildSpec
 from inference.worker.local import PIPELINES, default_pipelines, node_name
 
@@ -36,4 +37,38 @@ def node_children(settings) -> list[ChildSpec]:
         )
         for name in default_pipelines()
         for role in ("verify", "draft")
+    ]
+
+
+TARGET_WAIT_S = 1800  # the node workers convert the target's weights first
+
+
+def train_children(settings) -> list[ChildSpec]:
+    """`train_draft --serve` for each local pipeline with a learned draft: it trains once
+    (a no-op when the draft exists), at a lower priority, while the pipeline serves with
+    its n-gram drafter, then swaps the pipeline's draft through the audited service."""
+    if not env_bool("TANDEM_LEARNED_DRAFTS", True):
+        return []
+    return [
+        ChildSpec(
+            name=f"train-{name}",
+            argv=[
+                sys.executable,
+                str(settings.BASE_DIR / "manage.py"),
+                "train_draft",
+                "--target",
+                name,
+                "--serve",
+                "--minutes",
+                f"{spec.learned_draft_minutes:g}",
+                "--wait-for-target",
+                str(TARGET_WAIT_S),
+                "--nice",
+                "10",
+            ],
+            stop_timeout_s=5.0,
+            oneshot=True,
+        )
+        for name in default_pipelines()
+        if (spec := PIPELINES[name]).learned_draft_minutes
     ]

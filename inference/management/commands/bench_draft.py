@@ -1,0 +1,61 @@
+"""`manage.py bench_draft [--quick] --json FILE`: a target's learned draft against plain
+decoding and the n-gram drafter on held-out prompts (a thin wrapper over
+``inference.bench.draft``). Trains the draft first (`train_draft`'s recipe) when it is
+missing, so `train_s` is always the draft's own training time."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+
+class Command(BaseCommand):
+    help = "Benchmark the learned draft of SmolLM2 (or --target) vs plain decoding and n-gram."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--json", dest="json_path", default=None, help="write results here")
+        parser.add_argument("--quick", action="store_true", help="8 prompts, 32 tokens")
+        parser.add_argument("--target", default=None, help="model reference (default smollm2)")
+        parser.add_argument(
+            "--draft", default=None, help="draft directory (default <target>-draft)"
+        )
+        parser.add_argument("--minutes", type=float, default=8.0, help="training budget if missing")
+        parser.add_argument("--k", type=int, default=4)
+        parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+
+    def handle(self, *args, json_path, quick, target, draft, minutes, k, threads, **opts):
+        from inference.bench.draft import DraftBenchConfig, run_draft_bench
+        from inference.bench.model_sources import find_or_convert_smollm2
+        from inference.management.commands.train_draft import default_out
+        from inference.training.learned_draft import Recipe, draft_ready, train_learned_draft
+        from inference.worker.engine_cache import model_dir
+
+        models = Path(settings.DATA_DIR) / "models"
+        if target:
+            target_dir = model_dir(target)
+        else:
+            found, why = find_or_convert_smollm2(
+                smol_dir=None, models_dir=models, log=self.stdout.write
+            )
+            if found is None:
+                raise CommandError(why)
+            target_dir = found
+        draft_dir = Path(draft) if draft else default_out(target_dir)
+        if not draft_ready(draft_dir):
+            self.stdout.write(f"bench_draft: no draft in {draft_dir}: training it first")
+            train_learned_draft(
+                target_dir, draft_dir, recipe=Recipe(minutes=minutes), log=self.stdout.write
+            )
+        cfg = DraftBenchConfig(target=target_dir, draft=draft_dir, k=k, threads=threads)
+        if quick:
+            cfg.n_prompts, cfg.max_tokens = 8, 32
+        result = run_draft_bench(cfg, log=self.stdout.write)
+        timings = result["draft_manifest"].get("timings_s", {})
+        result["train_s"] = timings.get("train_s")
+        result["train_cpu_s"] = timings.get("cpu_s")
+        self.stdout.write(json.dumps({k: v for k, v in result.items() if k != "draft_manifest"}))
+        if json_path:
+            Path(json_path).write_text(json.dumps(result, indent=2))
