@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from fleet.pipelines.policy import k_for, validate_policy
 from fleet.planner.costs import Acceptance, StepCosts, bucket
-from fleet.planner.model import PipelineModel, predict
+from fleet.planner.model import PipelineModel, round_of
 
 HYSTERESIS = 0.02  # a new k must beat the current one by 2 % to replace it
 
@@ -47,7 +47,7 @@ class AdaptiveK:
 
     def merge_verify_costs(self, rows) -> None:
         """The verifier's table, as it sent it (its cells replace ours)."""
-        self.verify_costs.cells.update(StepCosts.from_json(rows).cells)
+        self.verify_costs.merge(StepCosts.from_json(rows))
 
     # -- the decision --------------------------------------------------------------------------
     def ready(self) -> bool:
@@ -72,7 +72,7 @@ class AdaptiveK:
 
     def goodput_by_k(self, batch: int, k_min: int, k_max: int) -> dict[int, float]:
         m, vb = self.model(batch)
-        return {k: predict(m, k=k, batch=vb).goodput_tps for k in {0, *range(k_min, k_max + 1)}}
+        return {k: round_of(m, k=k, batch=vb).goodput_tps for k in {0, *range(k_min, k_max + 1)}}
 
     def choose(self, policy: dict, batch: int) -> int:
         """The k to draft for `batch` sequences under `policy` (fixed and table policies are

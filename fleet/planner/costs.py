@@ -41,9 +41,13 @@ def _finite(x) -> bool:
 class StepCosts:
     """Seconds of a step by (batch bucket, tokens per sequence), EMA per cell."""
 
+    REFIT_EVERY = 64  # observations between refits of the fallback fit (it is least squares)
+
     def __init__(self, ema: float = 0.2, cells: dict | None = None):
         self.ema = ema
         self.cells: dict[tuple[int, int], list[float]] = dict(cells or {})  # -> [seconds, n]
+        self._fitted: Curve | None = None
+        self._since_fit = 0
 
     # -- measuring -----------------------------------------------------------------------------
     def observe(self, batch: int, tokens: int, seconds: float) -> None:
@@ -51,14 +55,21 @@ class StepCosts:
             return
         key = (bucket(batch), int(tokens))
         cell = self.cells.get(key)
+        self._since_fit += 1
         if cell is None:
             self.cells[key] = [seconds, 1.0]
+            self._fitted = None  # a new cell: refit when next needed
         else:
             cell[0] += self.ema * (seconds - cell[0])
             cell[1] += 1.0
 
     def __len__(self) -> int:
         return len(self.cells)
+
+    def merge(self, other: StepCosts) -> None:
+        """Take `other`'s cells (another node's table, as it sent it) over ours."""
+        self.cells.update(other.cells)
+        self._fitted = None
 
     # -- estimating ----------------------------------------------------------------------------
     def measured(self, batch: float, tokens: int) -> float | None:
@@ -98,8 +109,12 @@ class StepCosts:
         return max(fit(t * b, b), 0.0)
 
     def _fit(self) -> Curve:
-        points = [(b * t, b, c[0], c[1]) for (b, t), c in self.cells.items()]
-        return fit_linear2(points)
+        """The fallback fit over all cells, cached (refit after a new cell or REFIT_EVERY
+        observations: the drafter asks for it every round)."""
+        if self._fitted is None or self._since_fit >= self.REFIT_EVERY:
+            points = [(b * t, b, c[0], c[1]) for (b, t), c in self.cells.items()]
+            self._fitted, self._since_fit = fit_linear2(points), 0
+        return self._fitted
 
     # -- the wire ------------------------------------------------------------------------------
     def to_json(self) -> list[list[float]]:
@@ -123,30 +138,58 @@ class StepCosts:
 class Acceptance:
     """Per-position acceptance from decayed draft and accept counts.
 
-    `decay` per round: 0.7 gives recent rounds most of the weight (0.7^10 ~ 0.03), so after a
-    change of traffic the estimate has moved most of the way within ten rounds. `prior`
-    (alpha) with `prior_weight` pseudo-drafts makes a cold start neither 0 nor 1."""
+    Older counts decay by `decay` per `samples_per_decay` drafts observed (at least once a
+    round): a batch of 8 forgets at 0.81 a round, a batch of 1 at 0.9 -- so after a change of
+    traffic the estimate has moved most of the way within ten to twenty rounds, and a small
+    batch's estimate still rests on some twenty drafts. A cold start reads `prior` (alpha);
+    each position is pulled a little towards the acceptance the positions before it imply."""
 
     MIN_DRAFTS = 3.0  # decayed drafts a position needs to be read rather than extrapolated
 
-    def __init__(self, *, decay: float = 0.7, prior: float = 0.5, prior_weight: float = 1.0):
-        self.decay, self.prior, self.prior_weight = decay, prior, prior_weight
+    def __init__(
+        self,
+        *,
+        decay: float = 0.9,
+        samples_per_decay: float = 4.0,
+        prior: float = 0.5,
+        prior_weight: float = 1.0,
+    ):
+        self.decay, self.samples_per_decay = decay, samples_per_decay
+        self.prior, self.prior_weight = prior, prior_weight
         self.drafts: list[float] = []
         self.accepted: list[float] = []
         self.rounds = 0
+        self.fast = [0.0, 0.0]  # position 0's (accepted, drafts) over the last few rounds
+        self.shifts = 0  # times a change of traffic was detected (and old counts dropped)
 
     def observe(self, drafted: Sequence[int], accepted: Sequence[int]) -> None:
         """One round: drafted[i] drafts had position i, accepted[i] of them were accepted."""
         width = max(len(self.drafts), len(drafted))
         self.drafts += [0.0] * (width - len(self.drafts))
         self.accepted += [0.0] * (width - len(self.accepted))
+        n = drafted[0] if drafted else 0
+        keep = self.decay ** max(1.0, n / self.samples_per_decay)
+        if n and self._shifted(n, min(accepted[0] if accepted else 0, n)):
+            keep, self.shifts = 0.1, self.shifts + 1
         for i in range(width):
-            self.drafts[i] *= self.decay
-            self.accepted[i] *= self.decay
+            self.drafts[i] *= keep
+            self.accepted[i] *= keep
             if i < len(drafted):
                 self.drafts[i] += drafted[i]
                 self.accepted[i] += min(accepted[i] if i < len(accepted) else 0, drafted[i])
         self.rounds += 1
+
+    def _shifted(self, n: int, a: int) -> bool:
+        """Has position 0's acceptance over the last few rounds left the long estimate by more
+        than sampling noise explains? (Then the long memory is mostly dropped: a change of
+        traffic re-settles k in a few rounds, while noise keeps the long average.)"""
+        fa, fd = 0.5 * self.fast[0] + a, 0.5 * self.fast[1] + n
+        self.fast = [fa, fd]
+        if fd < 4 or not self.drafts or self.drafts[0] < 4:
+            return False
+        slow, recent = self.accepted[0] / self.drafts[0], fa / fd
+        noise = math.sqrt(max(slow * (1 - slow), 0.05) / fd)
+        return abs(recent - slow) > 0.15 + 2.5 * noise
 
     def observe_lengths(self, drafted_k: Iterable[int], n_accepted: Iterable[int]) -> None:
         """One round from its sequences: each drafted k tokens and had n accepted."""
@@ -172,7 +215,7 @@ class Acceptance:
             prev = out[-1] if out else 1.0
             if d >= self.MIN_DRAFTS or (i == 0 and d > 0):
                 a = self.accepted[i]
-                p = (a + self.prior_weight * prev * self.prior) / (d + self.prior_weight)
+                p = (a + self.prior_weight * prev * cond_tail) / (d + self.prior_weight)
                 out.append(min(p, prev))
             else:
                 out.append(prev * cond_tail)

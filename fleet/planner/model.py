@@ -332,8 +332,22 @@ def _power(hw: Hardware | None, util: float) -> float:
     return hw.idle_w + (hw.tdp_w - hw.idle_w) * min(max(util, 0.0), 1.0)
 
 
-def predict(m: PipelineModel, *, k: int, batch: float) -> Prediction:
-    """Predicted steady-state figures at verify batch `batch` (sequences per verifier)."""
+@dataclass(frozen=True)
+class Round:
+    """One round at verify batch b: the k actually drafted, its parts and goodput."""
+
+    k: int
+    batch: float
+    t_verify: float
+    draft_time: float
+    round_s: float
+    expected_tokens: float
+    goodput_tps: float
+
+
+def round_of(m: PipelineModel, *, k: int, batch: float) -> Round:
+    """E[tokens per round] / round time: the goodput model itself (what the drafter's adaptive
+    k evaluates every round; `predict` adds latency, power and cost around it)."""
     V = max(m.n_verifiers, 0)
     D = max(m.n_drafters, 0)
     b = max(batch, 1)  # sequences per verifier; a measured mean batch may be fractional
@@ -346,6 +360,20 @@ def predict(m: PipelineModel, *, k: int, batch: float) -> Prediction:
     round_s = draft_time + t_v + m.hop_s + overhead
     E = m.E(k)
     goodput = V * b * E / round_s if (V > 0 and round_s > 0) else 0.0
+    return Round(k, b, t_v, draft_time, round_s, E, goodput)
+
+
+def predict(m: PipelineModel, *, k: int, batch: float) -> Prediction:
+    """Predicted steady-state figures at verify batch `batch` (sequences per verifier)."""
+    r = round_of(m, k=k, batch=batch)
+    V, D, b, k = max(m.n_verifiers, 0), max(m.n_drafters, 0), r.batch, r.k
+    t_v, draft_time, round_s, E, goodput = (
+        r.t_verify,
+        r.draft_time,
+        r.round_s,
+        r.expected_tokens,
+        r.goodput_tps,
+    )
     itl = round_s / E
     # TTFT: prefill of one prompt on the verifier (queueing not modeled) + first round.
     prefill = m.t_verify(1, m.prompt_tokens)
