@@ -5,9 +5,9 @@ the charts' markers), and rolls the change back, audited with the reason, when t
 goodput fell more than ROLLBACK_DROP below the previous configuration's.
 
 Measured goodput is the pipeline's 10 s rollups under load (`measurements.loaded_goodput`):
-the baseline from the minutes before the change, the outcome from the buckets that start
-after it. With no traffic before, there is no baseline: the check records predicted vs
-measured and keeps the change. With no traffic after within MAX_WAIT, it is inconclusive.
+the baseline from the minute before the change (not before the change before it), the
+outcome from the buckets that start after it. With no traffic before, there is no baseline:
+the check records predicted vs measured and keeps the change. With no traffic after within MAX_WAIT, it is inconclusive.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from django.utils import timezone
 from fleet.accounts.errors import Conflict
 from fleet.pipelines import bookkeeping
 from fleet.pipelines import services as pipeline_services
-from fleet.pipelines.models import Pipeline
+from fleet.pipelines.models import AuditEvent, Pipeline
 from fleet.pipelines.services import PLANNER
 from fleet.planner import measurements
 from fleet.planner.models import ApplyCheck
@@ -29,7 +29,7 @@ from fleet.planner.models import ApplyCheck
 logger = logging.getLogger(__name__)
 
 ROLLBACK_DROP = 0.10  # measured more than 10 % below the previous configuration: roll back
-BASELINE_WINDOW = timedelta(minutes=2)
+BASELINE_WINDOW = timedelta(seconds=60)  # and never before the change before this one
 MIN_BUCKETS = 2  # loaded 10 s buckets after the change before judging it
 MAX_WAIT = timedelta(minutes=5)
 
@@ -38,7 +38,14 @@ def open_check(
     *, pipeline: Pipeline, event, what: str, previous: dict, predicted_tps: float | None
 ) -> ApplyCheck:
     now = timezone.now()
-    baseline = measurements.loaded_goodput(pipeline, since=now - BASELINE_WINDOW, until=now)
+    since = now - BASELINE_WINDOW
+    before = AuditEvent.objects.filter(pipeline=pipeline, created_at__lt=now)
+    if event is not None:
+        before = before.exclude(pk=event.pk)
+    last_change = before.order_by("-created_at").values_list("created_at", flat=True).first()
+    if last_change is not None and last_change > since:
+        since = last_change  # the previous configuration's own buckets, not an older one's
+    baseline = measurements.loaded_goodput(pipeline, since=since, until=now)
     return ApplyCheck.objects.create(
         pipeline=pipeline,
         event=event,

@@ -367,7 +367,7 @@ def _bad_apply(base, key, pipeline, corpus, AuditEvent, stack, log) -> float | N
     t = threading.Thread(target=traffic, daemon=True)
     t.start()
     try:
-        time.sleep(32)  # at least two loaded 10 s buckets of the configuration before
+        time.sleep(45)  # loaded 10 s buckets of this configuration alone before the change
         applied = time.time()
         r = httpx.post(
             f"{base}/api/v1/pipelines/{pipeline.pk}/k-policy",
