@@ -7,7 +7,8 @@ goodput fell more than ROLLBACK_DROP below the previous configuration's.
 Measured goodput is the pipeline's 10 s rollups under load (`measurements.loaded_goodput`):
 the baseline from the minute before the change (not before the change before it), the
 outcome from the buckets that start after it. With no traffic before, there is no baseline:
-the check records predicted vs measured and keeps the change. With no traffic after within MAX_WAIT, it is inconclusive.
+the check records predicted vs measured and keeps the change. With no traffic after within
+MAX_WAIT, it is inconclusive.
 """
 
 from __future__ import annotations
