@@ -140,7 +140,7 @@ def _close(check: ApplyCheck, state: str, measured: float | None, verdict: str) 
 
 
 def _rollback(check: ApplyCheck, measured: float, text: str) -> bool:
-    reason = f"automatic rollback of the planner's {check.what} change: {text}"
+    reason = f"automatic rollback of the {check.what} change: {text}"
     try:
         with transaction.atomic():
             if check.what == "k_policy":
