@@ -188,7 +188,7 @@ class VerifyStarts(BaseLoop):
         for seq, p in infos:
             self.seqs[seq.gen] = seq
             self.held[seq.gen] = Held(seq.attempt, p.get("created"))
-        drafter_starts = defaultdict(list)
+        drafter_starts: defaultdict[int, list[dict]] = defaultdict(list)
         for gid, event in self._emit(results, drafter_starts=drafter_starts, items=items):
             self.held[gid].events.append((gid, event))
         for drafter, seqs in drafter_starts.items():

@@ -38,7 +38,9 @@ def wired(monkeypatch, transactional_db):
     monkeypatch.setattr(wire, "send", lambda node, kind, p: loops[node].deliver(kind, p))
 
     def send_from(sender, node, kind, p):
-        loops[node].deliver(*wire._stamped(sender, kind, p))
+        stamped = wire._stamped(sender, kind, p)
+        assert stamped is not None, (kind, p)
+        loops[node].deliver(*stamped)
 
     monkeypatch.setattr(wire, "send_from", send_from)
     stop = threading.Event()

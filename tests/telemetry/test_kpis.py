@@ -35,7 +35,7 @@ def mixed_fleet():
     f.place(sim_d, sim_p, "draft")
     agg = Aggregator(clock=lambda: NOW)
     agg.set_registry(load_registry())
-    agg.test_keys = {sim_v.id: f.key_of(sim_v.id, sim_vt)}  # to send more samples
+    agg.test_keys = {sim_v.id: f.key_of(sim_v.id, sim_vt)}  # type: ignore[attr-defined]
     idle = dict(
         num_drafts=0,
         num_draft_tokens=0,
