@@ -15,7 +15,9 @@ Wall links (a token, no user) keep their own path: revoking one closes its scree
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
@@ -66,7 +68,17 @@ def notify(user_pks) -> None:
         except Exception as exc:
             log.warning("live sockets of users %s not told of a change: %r", pks, exc)
 
-    transaction.on_commit(send)
+    def send_from_sync_context() -> None:
+        try:  # a sync caller inside an event loop's thread (an async view): another thread
+            asyncio.get_running_loop()
+        except RuntimeError:
+            send()
+            return
+        worker = threading.Thread(target=send, name="user-changed")
+        worker.start()
+        worker.join(timeout=5)
+
+    transaction.on_commit(send_from_sync_context)
 
 
 def _user_saved(sender, instance, created, update_fields=None, **kwargs) -> None:

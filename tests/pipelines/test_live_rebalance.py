@@ -74,5 +74,6 @@ def test_change_k_and_move_a_node_while_generations_stream(
         .order_by("id")
     ) == [
         "set_k_policy",
+        "move",  # a move is audited on both pipelines: the one it leaves, the one it joins
         "move",
     ]
