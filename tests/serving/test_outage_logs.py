@@ -50,12 +50,12 @@ def test_a_round_message_is_retried_while_redis_restarts_not_dropped(monkeypatch
     loop = _Loop(node_id=987655, pipeline_id=1, config={})
     sent, failures = [], iter(range(5))
 
-    def send(node_id, kind, payload):
+    def send_from(sender, node_id, kind, payload):
         if next(failures, None) is not None:
             raise redis.ConnectionError("Connection refused")
         sent.append((node_id, kind, payload))
 
-    monkeypatch.setattr(engine_loop.wire, "send", send)
+    monkeypatch.setattr(engine_loop.wire, "send_from", send_from)
     monkeypatch.setattr(engine_loop.time, "sleep", lambda s: None)
     with caplog.at_level(logging.INFO, logger=engine_loop.__name__):
         loop.send(3, "drafts", {"drafts": []})
