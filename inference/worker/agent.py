@@ -175,6 +175,8 @@ class Agent:
         utilization = min(max(busy / interval, 0.0), 1.0)
         power = self.power.read(utilization)
         counters = self.loop.engine.counters
+        if not self.loop.prepared.is_set():  # the start-up sweep runs on the engine: not work
+            counters = type(counters)()
         slots = self.loop.slots()
         d = self.deltas
         role = self.loop.role
