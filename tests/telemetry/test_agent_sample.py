@@ -3,6 +3,7 @@
 read them as drafted and rejected."""
 
 import queue
+import threading
 import types
 
 import pytest
@@ -22,6 +23,8 @@ class FakeLoop:
         self.engine = types.SimpleNamespace(counters=SpecCounters(), device="cpu")
         self.stats = LoopStats()
         self.inbox: queue.Queue = queue.Queue()
+        self.prepared = threading.Event()  # the loop's start-up sweep
+        self.prepared.set()
 
     def slots(self):
         return {"seqs": [], "slots_used": 0, "n_slots": 8}
@@ -51,3 +54,21 @@ def test_agent_reports_the_positions_each_interval_drafted(settings):
     assert stats["acceptance_rate"] == 1.0
     assert stats["alpha"] == pytest.approx(1.0)  # was 2/3: positions 2, 3 read as rejected
     assert stats["per_position_acceptance"] == [1.0, 1.0]
+
+
+def test_no_engine_counters_before_the_start_up_sweep_is_done():
+    """The sweep runs verifies on the engine and then undoes their counts: read meanwhile,
+    the counters went up and then back down, a negative delta, and the sample was refused."""
+    from fleet.telemetry.samples import normalize
+
+    loop = FakeLoop()
+    loop.prepared.clear()
+    profile = {"idle_w": 10.0, "tdp_w": 65.0}
+    agent = Agent(node_id=1, profile=profile, loop=loop, token="tdn_x_y", api_url="http://unused")
+    loop.rounds(10, k=4, accepted=3)  # the sweep's
+    assert agent.sample()["num_drafts"] == 0
+    loop.engine.counters = SpecCounters()  # the sweep undone
+    loop.prepared.set()
+    loop.rounds(5, k=4, accepted=3)
+    normalize(s := agent.sample())
+    assert s["num_drafts"] == 5
