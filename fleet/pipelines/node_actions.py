@@ -4,8 +4,11 @@ the one door for a node's state: the REST node endpoints use them too.
 
 They cost the same at any pipeline size: the rules count in the database (`exists`, `Sum`)
 instead of loading the placements, the power budget is summed only when there is one, and
-the after-commit push goes to the node that changed, not to every worker of the pipeline
-(whose configuration did not change).
+the after-commit push goes to every worker of the pipeline in one pipelined round trip: its
+configuration carries the pipeline's members (`peers`), and a node reads round messages only
+from the peers the control plane named (`inference.wire`), so a node placed, moved, drained or
+returned must be known to the others (a verifier placed after its drafter booted was never read:
+its sequences waited for drafts forever).
 """
 
 from __future__ import annotations
@@ -71,7 +74,7 @@ def node_place(
         after={"pipeline": pipeline.name, "role": role},
         reason=reason,
     )
-    bookkeeping.push_to_nodes_after_commit(pipeline.pk, [node.pk])
+    bookkeeping.push_after_commit(pipeline.pk)
     registry_changed_after_commit([node.pk])
     return placement
 
@@ -126,7 +129,7 @@ def node_move(
             reason=reason,
             at=at,
         )
-    bookkeeping.push_to_nodes_after_commit(dest.pk, [node.pk])  # its new pipeline's config
+    bookkeeping.push_after_commit(dest.pk)  # its new pipeline: config and peers for everyone
     registry_changed_after_commit([node.pk])  # the fleet view shows the move at once
     return placement
 
@@ -179,7 +182,7 @@ def _node_state_action(
         raise ActionRefused(str(exc), code=exc.code) from exc
     if pipeline is not None:
         bookkeeping.bump(pipeline)
-        bookkeeping.push_to_nodes_after_commit(pipeline.pk, [node.pk])
+        bookkeeping.push_after_commit(pipeline.pk)
     bookkeeping.audit(
         actor=actor,
         action=action,

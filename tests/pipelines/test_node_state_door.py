@@ -56,12 +56,12 @@ def test_drain_and_return_through_the_node_endpoint_are_audited_and_pushed(
         drained = bob.post(f"/api/v1/nodes/{extra.pk}/drain")
     assert drained.status_code == 200 and drained.json()["state"] == "draining"
     assert drained["ETag"] == f'"{Node.objects.get(pk=extra.pk).version}"'
-    assert pushed == [(pipeline.pk, extra.pk)]  # only the node that changed
+    assert pushed == [pipeline.pk]  # every worker: the pipeline's members (peers) travel with it
     assert Pipeline.objects.get(pk=pipeline.pk).version == 2
     with django_capture_on_commit_callbacks(execute=True):
         returned = bob.post(f"/api/v1/nodes/{extra.pk}/return")
     assert returned.status_code == 200 and returned.json()["state"] == "online"
-    assert pushed == [(pipeline.pk, extra.pk), (pipeline.pk, extra.pk)]
+    assert pushed == [pipeline.pk, pipeline.pk]
     events = AuditEvent.objects.filter(node=extra).order_by("id")
     assert [(e.action, e.actor, e.before, e.after) for e in events] == [
         ("drain", operator, {"state": "online"}, {"state": "draining"}),
