@@ -50,7 +50,7 @@ def test_last_measured_is_the_last_rollup_with_enough_rounds(stack, chromium, vi
             page.goto(f"{stack.url}{path}")
             wait_live(page)
         # traffic long enough for the aggregator to close a bucket of it
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60  # a loaded 2-core CI machine: the first bucket can lag
         while _last_bucket("pipeline", pipeline.pk) is None and time.monotonic() < deadline:
             home.wait_for_timeout(300)
         assert _last_bucket("pipeline", pipeline.pk) is not None, "no rollup with traffic"
@@ -105,7 +105,7 @@ def test_last_measured_is_the_last_rollup_with_enough_rounds(stack, chromium, vi
             return all(now[k].startswith(v) for k, v in want.items())
 
         # the tail's bucket closes ~11 s after it at most; then every page says what it says
-        deadline = stopped + 30
+        deadline = stopped + 60
         now, want = shown(), expected()
         while not agrees(now, want) and time.time() < deadline:
             home.wait_for_timeout(500)
