@@ -20,8 +20,8 @@ import httpx
 import pytest
 
 from fleet.supervision import problems
-from tests.foundation.helpers import REPO, free_port
-from tests.serving.test_up_supervision import PROMPTS, Stream, _pid_of, _wait, _write_demo_pair
+from tests.foundation.helpers import REPO
+from tests.serving.test_up_supervision import PROMPTS, Stream, _pid_of, _wait, demo_up
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(480)]
 
@@ -79,20 +79,8 @@ class Watch(threading.Thread):
 
 
 def test_up_restarts_a_killed_embedded_redis_and_serves_again(tmp_path):
+    env, base, log = demo_up(tmp_path)
     data_dir = tmp_path / "data"
-    (data_dir / "models").mkdir(parents=True)
-    _write_demo_pair(data_dir / "models")
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
-    env.update(
-        TANDEM_DATA_DIR=str(data_dir),
-        TANDEM_PORT=str(port),
-        TANDEM_SIMULATOR="0",
-        TANDEM_DEFAULT_PIPELINES="demo",
-        PYTHONUNBUFFERED="1",
-        TANDEM_NODE_SLOTS="8",
-    )
-    base, log = f"http://127.0.0.1:{port}", tmp_path / "up.log"
     manage = [sys.executable, "manage.py"]
     with log.open("w") as out:
         up = subprocess.Popen(

@@ -146,7 +146,9 @@ def _pid_of(log: Path, name: str, verb: str = "started") -> int | None:
     return int(found[-1]) if found else None
 
 
-def test_up_survives_killed_node_workers(tmp_path):
+def demo_up(tmp_path: Path) -> tuple[dict, str, Path]:
+    """What `manage.py up` needs to serve the demo pair alone in `tmp_path`: its environment,
+    its base URL and its log file."""
     data_dir = tmp_path / "data"
     (data_dir / "models").mkdir(parents=True)
     _write_demo_pair(data_dir / "models")
@@ -161,6 +163,11 @@ def test_up_survives_killed_node_workers(tmp_path):
         TANDEM_NODE_SLOTS="8",
     )
     base, log = f"http://127.0.0.1:{port}", tmp_path / "up.log"
+    return env, base, log
+
+
+def test_up_survives_killed_node_workers(tmp_path):
+    env, base, log = demo_up(tmp_path)
     with log.open("w") as out:
         up = subprocess.Popen(
             [sys.executable, "manage.py", "up"],
