@@ -21,7 +21,7 @@ from fleet.pipelines.policy import k_for, validate_policy
 from fleet.planner.costs import Acceptance, StepCosts, bucket
 from fleet.planner.model import PipelineModel, round_of
 
-HYSTERESIS = 0.02  # a new k must beat the current one by 2 % to replace it
+HYSTERESIS = 0.03  # a new k must beat the current one by 3 % to replace it
 
 
 class AdaptiveK:

@@ -19,6 +19,7 @@ behind them are extrapolated from the ones that have them, and a cold start read
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Iterable, Sequence
 
 from fleet.planner.fitting import Curve, fit_linear2
@@ -145,6 +146,8 @@ class Acceptance:
     each position is pulled a little towards the acceptance the positions before it imply."""
 
     MIN_DRAFTS = 3.0  # decayed drafts a position needs to be read rather than extrapolated
+    WINDOW = 8  # position-0 drafts the change detector's recent window holds at least
+    SHIFT_Z = 3.0  # standard errors apart before a change of traffic is called
 
     def __init__(
         self,
@@ -159,7 +162,10 @@ class Acceptance:
         self.drafts: list[float] = []
         self.accepted: list[float] = []
         self.rounds = 0
-        self.fast = [0.0, 0.0]  # position 0's (accepted, drafts) over the last few rounds
+        # position 0's (drafts, accepted) of the last rounds (at least WINDOW drafts), and of
+        # the rounds before them (decayed): the change detector compares the two
+        self.window: deque[tuple[int, int]] = deque()
+        self.before = [0.0, 0.0]
         self.shifts = 0  # times a change of traffic was detected (and old counts dropped)
 
     def observe(self, drafted: Sequence[int], accepted: Sequence[int]) -> None:
@@ -169,7 +175,7 @@ class Acceptance:
         self.accepted += [0.0] * (width - len(self.accepted))
         n = drafted[0] if drafted else 0
         keep = self.decay ** max(1.0, n / self.samples_per_decay)
-        if n and self._shifted(n, min(accepted[0] if accepted else 0, n)):
+        if n and self._shifted(n, min(accepted[0] if accepted else 0, n), keep):
             keep, self.shifts = 0.1, self.shifts + 1
         for i in range(width):
             self.drafts[i] *= keep
@@ -179,17 +185,30 @@ class Acceptance:
                 self.accepted[i] += min(accepted[i] if i < len(accepted) else 0, drafted[i])
         self.rounds += 1
 
-    def _shifted(self, n: int, a: int) -> bool:
-        """Has position 0's acceptance over the last few rounds left the long estimate by more
-        than sampling noise explains? (Then the long memory is mostly dropped: a change of
-        traffic re-settles k in a few rounds, while noise keeps the long average.)"""
-        fa, fd = 0.5 * self.fast[0] + a, 0.5 * self.fast[1] + n
-        self.fast = [fa, fd]
-        if fd < 4 or not self.drafts or self.drafts[0] < 4:
+    def _shifted(self, n: int, a: int, keep: float) -> bool:
+        """Does position 0's acceptance over the last rounds (the window: at least WINDOW
+        drafts) differ from the rounds before it by more than sampling noise explains (a
+        two-proportion z-test)? Then the long memory is mostly dropped, so a change of traffic
+        re-settles k within a few rounds even at batch 1, while noise keeps the long average."""
+        self.window.append((n, a))
+        while sum(d for d, _ in self.window) - self.window[0][0] >= self.WINDOW:
+            d, acc = self.window.popleft()
+            # the rounds before the window are remembered longer than the estimate's own
+            # memory: the test needs a steady reference to compare the window with
+            keep_before = keep ** (1 / 3)
+            self.before = [self.before[0] * keep_before + d, self.before[1] * keep_before + acc]
+        wd = sum(d for d, _ in self.window)
+        bd = self.before[0]
+        if wd < self.WINDOW or bd < self.WINDOW:
             return False
-        slow, recent = self.accepted[0] / self.drafts[0], fa / fd
-        noise = math.sqrt(max(slow * (1 - slow), 0.05) / fd)
-        return abs(recent - slow) > 0.15 + 2.5 * noise
+        recent, old = sum(x for _, x in self.window) / wd, self.before[1] / bd
+        noise = math.sqrt(
+            max(recent * (1 - recent), 0.05) / wd + max(old * (1 - old), 0.05) / bd
+        )
+        if abs(recent - old) > max(0.1, self.SHIFT_Z * noise):
+            self.before = [0.0, 0.0]
+            return True
+        return False
 
     def observe_lengths(self, drafted_k: Iterable[int], n_accepted: Iterable[int]) -> None:
         """One round from its sequences: each drafted k tokens and had n accepted."""

@@ -127,3 +127,33 @@ def test_fixed_and_table_policies_are_followed_as_they_are():
 
 def test_cold_start_uses_the_policy_k():
     assert AdaptiveK().choose(ADAPTIVE, 8) == 4
+
+
+def _one_sequence_rounds(acc: Acceptance, p: float, rounds: int, rng, k: int = 4) -> None:
+    for _ in range(rounds):
+        n = 0
+        while n < k and rng.random() < p:
+            n += 1
+        acc.observe_lengths([k], [n])
+
+
+def test_a_change_of_traffic_is_detected_at_batch_1():
+    """One sequence a round gives one position-0 draft a round: the change detector must still
+    call a drop from 0.9 to 0.3 within a few rounds (the decayed memory alone would take
+    some twenty), and noise alone must rarely call one."""
+    calls = []
+    for seed in range(10):
+        rng = random.Random(seed)
+        acc = Acceptance()
+        _one_sequence_rounds(acc, 0.9, 40, rng)
+        before = acc.shifts
+        rounds = 0
+        while acc.shifts == before and rounds < 30:
+            _one_sequence_rounds(acc, 0.3, 1, rng)
+            rounds += 1
+        calls.append(rounds)
+        assert acc.per_position(1)[0] < 0.6, (seed, acc.per_position(1))
+    assert max(calls) <= 16 and sorted(calls)[len(calls) // 2] <= 10, calls
+    steady = Acceptance()
+    _one_sequence_rounds(steady, 0.6, 300, random.Random(99))
+    assert steady.shifts <= 3
