@@ -201,6 +201,12 @@ def _add_dict(acc: dict, values: dict, scale: float) -> None:
             del acc[key]
 
 
+# The batch-size bands of the "k by batch" chart: upper bounds, each band a series
+# `k_batch_<bound>` ("k_batch_1": rounds of 1 sequence, "k_batch_4": of 2-4, ...).
+K_BATCH_BANDS = (1, 4, 16, 64, 4096)
+K_BATCH_FIELDS = tuple(f"k_batch_{b}" for b in K_BATCH_BANDS)
+
+
 def k_figures(k_hist: dict[str, float]) -> tuple[float | None, dict[str, float]]:
     """Mean k drafted per round, and the mean k by batch size, from a drafter's k_hist."""
     rounds = k_sum = 0.0
@@ -214,6 +220,18 @@ def k_figures(k_hist: dict[str, float]) -> tuple[float | None, dict[str, float]]
         cell[1] += n
     mean = round(k_sum / rounds, 3) if rounds > 0 else None
     return mean, {str(b): round(c[0] / c[1], 2) for b, c in sorted(by_batch.items()) if c[1]}
+
+
+def k_by_band(k_hist: dict[str, float]) -> dict[str, float | None]:
+    """Mean k per batch band (K_BATCH_BANDS), weighted by rounds; None where no round fell."""
+    cells = {f: [0.0, 0.0] for f in K_BATCH_FIELDS}
+    for key, n in k_hist.items():
+        batch, _, k = key.partition(":")
+        band = next((b for b in K_BATCH_BANDS if int(batch) <= b), K_BATCH_BANDS[-1])
+        cell = cells[f"k_batch_{band}"]
+        cell[0] += n * int(k)
+        cell[1] += n
+    return {f: (round(c[0] / c[1], 2) if c[1] > 0 else None) for f, c in cells.items()}
 
 
 def _make_add_scalars():
@@ -329,6 +347,7 @@ def derive(acc: Acc, span_s: float) -> dict:
     return {
         "k_mean": k_mean,
         "k_by_batch": k_by_batch,
+        **k_by_band(acc.k_hist),
         "acceptance_rate": _ratio(acc.accepted, acc.draft_tokens),
         "mean_acceptance_length": round(1 + acc.accepted / drafts, 4) if drafts > 0 else None,
         "per_position_acceptance": per_pos,

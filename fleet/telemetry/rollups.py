@@ -6,12 +6,14 @@ from datetime import datetime, timedelta
 
 from django.utils import timezone
 
+from fleet.telemetry.accumulators import K_BATCH_FIELDS
 from fleet.telemetry.aggregation import FLEET_REAL, FLEET_SIMULATED
 from fleet.telemetry.models import RETENTION, Rollup
 
 # Figures a chart may ask for (keys of fleet.telemetry.accumulators.derive()).
 SERIES_FIELDS = (
     "k_mean",
+    *K_BATCH_FIELDS,
     "acceptance_rate",
     "mean_acceptance_length",
     "per_position_acceptance",

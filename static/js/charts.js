@@ -46,7 +46,14 @@
       { key: "alpha", name: "α (est.)", color: C.alpha, scale: 100, unit: "%" },
     ], { yaxis: { ticksuffix: "%", range: [0, 100], gridcolor: C.grid } }],
     ["ch-length", [{ key: "mean_acceptance_length", name: "mean acceptance length", color: C.length }]],
-    ["ch-k", [{ key: "k_mean", name: "k drafted (mean per round)", color: C.draft }], { yaxis: { rangemode: "tozero", gridcolor: C.grid } }],
+    ["ch-k", [
+      { key: "k_mean", name: "all rounds", color: C.draft },
+      { key: "k_batch_1", name: "batch 1", color: "#f5a524", dash: "dot" },
+      { key: "k_batch_4", name: "batch 2–4", color: "#4cc9f0", dash: "dot" },
+      { key: "k_batch_16", name: "batch 5–16", color: "#3ecf8e", dash: "dot" },
+      { key: "k_batch_64", name: "batch 17–64", color: "#f25f5c", dash: "dot" },
+      { key: "k_batch_4096", name: "batch 65+", color: "#e3e7ef", dash: "dot" },
+    ], { yaxis: { rangemode: "tozero", gridcolor: C.grid } }],
     ["ch-tokens", [{ key: "tokens_per_s", name: "tokens/s", color: C.tokens, fill: "tozeroy", fillcolor: "rgba(122,162,255,0.12)" }]],
     ["ch-batch", [{ key: "batch_mean", name: "mean batch", color: C.batch }]],
     ["ch-itl", [

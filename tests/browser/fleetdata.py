@@ -75,6 +75,7 @@ def sample(role: str, rng: random.Random, now: float, phase: float = 0.0, k: int
         utilization=rng.uniform(0.55, 0.8),
         draft_steps=240,
         draft_step_s=0.0035,
+        k_hist={f"{rng.choice((12, 16))}:{k}": 60},  # k chosen per round, by batch size
     )
 
 

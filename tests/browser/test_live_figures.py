@@ -212,6 +212,13 @@ def test_alpha_does_not_fall_on_the_drawn_chart_when_k_is_lowered(stack, chromiu
         # the feeder's α moves slowly (0.74..0.80 over minutes): a lowered k must not pull it
         assert min(after) >= min(before) - 3.0, (before, after)
         assert page.text_content('[data-c="k"]') == "2"
+        # the k chart: k by batch size over time, the drafters' own k_hist (batches 5-16)
+        band = (
+            "() => { const t = document.getElementById('ch-k').data"
+            ".find(d => d.name === 'batch 5–16'); return t ? Array.from(t.y) : []; }"
+        )
+        page.wait_for_function(f"() => ({band})().slice(-1)[0] === 2", timeout=20000)
+        assert 4 in page.evaluate(band)  # the points before the change: k = 4
     finally:
         context.close()
         feeder.stop()

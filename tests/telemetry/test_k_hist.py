@@ -26,3 +26,23 @@ def test_k_hist_is_validated_and_derived():
 def test_bad_k_hist_is_refused(bad):
     with pytest.raises(InvalidSample):
         normalize({"ts": 1.0, "role": "draft", "k_hist": bad})
+
+
+def test_k_by_batch_band_is_a_chart_series():
+    """k by batch size over time: each band is a figure of its own in the live window and the
+    rollups (the pipeline page's k chart draws one line a band)."""
+    from fleet.telemetry.rollups import SERIES_FIELDS
+
+    s = normalize(
+        {"ts": 1.0, "role": "draft", "k_hist": {"1:6": 5, "3:4": 10, "4:2": 10, "40:0": 2}}
+    )
+    acc = Acc()
+    acc.add_sample(s)
+    figures = derive(acc, 1.0)
+    assert figures["k_batch_1"] == 6.0
+    assert figures["k_batch_4"] == 3.0  # batches 2-4
+    assert figures["k_batch_16"] is None  # no round of 5-16 sequences
+    assert figures["k_batch_64"] == 0.0
+    assert {"k_batch_1", "k_batch_4", "k_batch_16", "k_batch_64", "k_batch_4096"} <= set(
+        SERIES_FIELDS
+    )
