@@ -1,12 +1,15 @@
 """bench_control: does speculation control hold up, measured through the real workers?
 
 In a throw-away data directory (as bench_serving: its own Redis and SQLite), the web server,
-the ledger, the telemetry aggregator and one drafter + one verifier `run_node` worker on the
-demo pair serve clients over the REST API. For 1 and 8 concurrent streams and two phases --
-high acceptance (the demo pair's own domain: Python source lines, greedy) and low acceptance
-(random characters, sampled hot: LOW_PARAMS) -- it measures every fixed k in the sweep and
-adaptive k, each twice, interleaved; then adaptive over phase 1 followed at once by phase 2
-(so the drafter must re-settle), all in this one run:
+the ledger, the telemetry aggregator and, for each of `up`'s two pipelines, one drafter + one
+verifier `run_node` worker serve clients over the REST API: ``demo`` (the demo pair) and
+``smollm2`` (SmolLM2-135M-Instruct with the n-gram drafter). For 1 and 8 concurrent streams
+and two phases -- demo: its own domain (Python source lines, greedy), then random characters
+sampled hot (LOW_PARAMS); smollm2: code prompts, then prose (the shipped draft prompts) -- it
+measures every fixed k in the sweep and adaptive k, each twice, interleaved; then adaptive over
+phase 1 followed at once by phase 2 (so the drafter must re-settle), all in this one run.
+Figures per cell are keyed `<pipeline>_n<streams>_<phase>`; the headline ones are the worst
+over both pipelines:
 
 - adaptive_vs_best_fixed_min: adaptive goodput / the best fixed k of that phase (min over
   phases x streams);
@@ -35,6 +38,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from inference.training.draft_data import PROMPTS_FILE as DRAFT_PROMPTS
+
+from .control_planner import planner_errors, simulated_errors
 from .serving import _prompts, _setup
 from .serving_clients import drive
 from .stack import NO_DATABASE, Stack, free_port, wait_for, wait_rows
@@ -105,13 +111,58 @@ def settle_rounds(trace: list, switch_at: float, *, share: float = 0.9) -> int |
     return len(after)
 
 
-def bench(*, models: Path, quick: bool, log=print) -> dict:
+def _phases(name: str) -> dict[str, tuple[list[str], dict | None]]:
+    """Two workloads a pipeline meets one after the other (phase 1, then phase 2)."""
+    if name == "demo":
+        # the pair's own domain (greedy), then random characters sampled hot
+        return {"high": (_prompts(), None), "low": (_low_prompts(), LOW_PARAMS)}
+    prompts: dict[str, list[str]] = {}
+    for line in DRAFT_PROMPTS.read_text().splitlines():
+        row = json.loads(line)
+        prompts.setdefault(row["domain"], []).append(row["prompt"])
+    # SmolLM2 with the n-gram drafter: code (which repeats its own names), then prose
+    return {"code": (prompts["code"], None), "prose": (prompts["prose"], None)}
+
+
+def _add_pipeline(name: str, models: Path, profile) -> tuple[Any, dict, dict[str, str]]:
+    """A pipeline `name` as `up` serves it (its models, drafter, worker settings), with a
+    drafter and a verifier node: (pipeline, {role: (node, token)}, worker env)."""
+    from fleet.nodes.services import node_register
+    from fleet.pipelines.models import Pipeline, Placement
+    from inference.worker.local import PIPELINES
+
+    spec = PIPELINES[name]
+    if not spec.is_prepared(models):
+        spec.prepare(models, print)
+    pipeline = Pipeline.objects.create(
+        name=f"bench-{name}",
+        target_model=str(models / spec.target_model),
+        draft_model=str(models / spec.draft_model) if spec.draft_model else "",
+        drafter_kind=spec.drafter_kind,
+        k_policy={"mode": "fixed", "k": 4},
+        max_verify_batch=32,
+        max_batch_wait_ms=20,
+    )
+    nodes = {}
+    for role in ("draft", "verify"):
+        node, token = node_register(name=f"bench-{name}-{role}", profile=profile, roles=[role])
+        Placement.objects.create(pipeline=pipeline, node=node, role=role)
+        nodes[role] = (node, token)
+    return pipeline, nodes, {"TANDEM_NODE_SLOTS": "16", **spec.worker_env}
+
+
+def bench(*, models: Path, quick: bool, log=print, pipelines=("demo", "smollm2")) -> dict:
+    from fleet.nodes.models import HardwareProfile
     from fleet.pipelines.models import AuditEvent
     from inference.selectors import node_inspect
 
     ks = [0, 1, 2, 4, 8] if quick else list(range(9))
     requests, max_tokens = (2, 48) if quick else (3, 64)
-    pipeline, nodes, key = _setup(models, k=4, max_batch=32, wait_ms=20)
+    _pipeline, _nodes, key = _setup(models, k=4, max_batch=32, wait_ms=20)
+    _pipeline.delete()  # _setup's user and key serve; the pipelines are made below
+    for node, _token in _nodes.values():
+        node.delete()
+    profile = HardwareProfile.objects.filter(kind="cpu").first()
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     stack = Stack(log)
@@ -124,230 +175,136 @@ def bench(*, models: Path, quick: bool, log=print) -> dict:
         )
         stack.spawn("ledger", [sys.executable, "manage.py", "run_ledger"])
         stack.spawn("aggregator", [sys.executable, "manage.py", "run_aggregator"])
-        for role, (node, token) in nodes.items():
-            stack.spawn(
-                role,
-                [sys.executable, "manage.py", "run_node", "--role", role],
-                {
-                    "DATABASE_URL": NO_DATABASE,
-                    "TANDEM_NODE_ID": str(node.pk),
-                    "TANDEM_NODE_TOKEN": token,
-                    "TANDEM_API_URL": base,
-                    "OMP_NUM_THREADS": threads,
-                    "TANDEM_NODE_SLOTS": "16",
-                },
-            )
+        served: dict[str, tuple[Any, dict]] = {}
+        for name in pipelines:
+            try:
+                pipeline, nodes, env = _add_pipeline(name, models, profile)
+            except Exception as exc:  # e.g. smollm2's weights package missing: say so, go on
+                log(f"{name}: not benchmarked ({exc.__class__.__name__}: {exc})")
+                report[f"{name}_skipped"] = str(exc)
+                continue
+            served[name] = (pipeline, nodes)
+            for role, (node, token) in nodes.items():
+                stack.spawn(
+                    f"{name}-{role}",
+                    [sys.executable, "manage.py", "run_node", "--role", role],
+                    {
+                        "DATABASE_URL": NO_DATABASE,
+                        "TANDEM_NODE_ID": str(node.pk),
+                        "TANDEM_NODE_TOKEN": token,
+                        "TANDEM_API_URL": base,
+                        "OMP_NUM_THREADS": threads,
+                        **env,
+                    },
+                )
 
         def online():
             from fleet.nodes.models import Node
 
-            return Node.objects.filter(state="online").count() == 2
+            return Node.objects.filter(state="online").count() == 2 * len(served)
 
-        wait_for(online, 180, "the workers to come online", stack)
-        drive(base=base, key=key, prompts_per_client=[[_prompts()[0]]], max_tokens=8)
-        sweep = {
-            r: (node_inspect(nodes[r][0].pk) or {}).get(
-                "sweep_s" if r == "verify" else "adaptive", None
+        wait_for(online, 300, "the workers to come online", stack)
+        vs_best, vs_plain, adapt_rounds, errors = [], [], [], []
+        for name, (pipeline, nodes) in served.items():
+            cells, settled = _measure(
+                name, pipeline, nodes, base, key, ks, requests, max_tokens, stack, log
             )
-            for r in nodes
-        }
-        report["sweep_s"] = {
-            "verify": sweep["verify"],
-            "draft": (sweep["draft"] or {}).get("sweep_s"),
-        }
-        phases = {"high": (_prompts(), None), "low": (_low_prompts(), LOW_PARAMS)}
-        rng = random.Random(0)
-        cells: dict[tuple[int, str], dict[str, Any]] = {}
-        adapt_rounds: list[int] = []
-        reps = 2  # each configuration measured twice, interleaved: the machine is noisy
-        for n in (1, 8):
-            for phase, work in phases.items():
-                runs: dict[Any, list[float]] = {k: [] for k in [*ks, "adaptive"]}
-                accept: list[float] = []
-                for _ in range(reps):
-                    for k in ks:
-                        _set_policy(pipeline, {"mode": "fixed", "k": k})
-                        res = _run(base, key, work, n, requests, max_tokens, rng)
-                        runs[k].append(res["tokens_per_s"])
-                        if k == max(ks) and not accept:
-                            accept = per_position(res["ids"], stack)
-                    _set_policy(pipeline, ADAPTIVE)
-                    runs["adaptive"].append(
-                        _run(base, key, work, n, requests, max_tokens, rng)["tokens_per_s"]
-                    )
-                mean = {k: sum(v) / len(v) for k, v in runs.items()}
-                cells[(n, phase)] = {
-                    "fixed": {k: mean[k] for k in ks},
-                    "adaptive": mean["adaptive"],
-                    "per_position": accept,
+            adapt_rounds += settled
+            for (n, phase), c in cells.items():
+                best = max(c["fixed"].values())
+                vs_best.append(c["adaptive"] / best)
+                vs_plain.append(c["adaptive"] / c["fixed"][0])
+                report[f"{name}_n{n}_{phase}"] = {
+                    "fixed_tokens_per_s": {str(k): round(v, 1) for k, v in c["fixed"].items()},
+                    "best_fixed_k": max(c["fixed"], key=lambda k: c["fixed"][k]),
+                    "adaptive_tokens_per_s": round(c["adaptive"], 1),
+                    "adaptive_k_final": c.get("adaptive_k_final"),
+                    "adaptive_vs_best_fixed": round(c["adaptive"] / best, 3),
+                    "adaptive_vs_plain": round(c["adaptive"] / c["fixed"][0], 3),
                 }
-                log(
-                    f"N={n} {phase:4s} fixed k: "
-                    + " ".join(f"{k}:{mean[k]:.0f}" for k in ks)
-                    + f" | adaptive {mean['adaptive']:.0f} tok/s"
-                )
-            # re-settling: adaptive over high then low, back to back, its drafter traced
-            _set_policy(pipeline, ADAPTIVE)
-            _run(base, key, phases["high"], n, requests, max_tokens, rng)
-            switch_at = time.time()
-            _run(base, key, phases["low"], n, requests * 2, max_tokens, rng)
-            time.sleep(1.2)
-            trace = (node_inspect(nodes["draft"][0].pk) or {}).get("k_trace") or []
-            settled = settle_rounds(trace, switch_at)
-            ks_used = [k for t, _b, k in trace if t >= switch_at]
-            if settled is not None:
-                adapt_rounds.append(settled)
-            log(
-                f"N={n} high -> low: k {ks_used[:3]} ... {ks_used[-3:]}, "
-                f"settled after {settled} rounds of {len(ks_used)}"
-            )
-            for phase in phases:
-                cells[(n, phase)]["adaptive_k_final"] = ks_used[-1] if ks_used else None
-        vs_best, vs_plain = [], []
-        for (n, phase), c in cells.items():
-            best = max(c["fixed"].values())
-            vs_best.append(c["adaptive"] / best)
-            vs_plain.append(c["adaptive"] / c["fixed"][0])
-            report[f"n{n}_{phase}"] = {
-                "fixed_tokens_per_s": {str(k): round(v, 1) for k, v in c["fixed"].items()},
-                "best_fixed_k": max(c["fixed"], key=lambda k: c["fixed"][k]),
-                "adaptive_tokens_per_s": round(c["adaptive"], 1),
-                "adaptive_k_final": c["adaptive_k_final"],
-                "adaptive_vs_best_fixed": round(c["adaptive"] / best, 3),
-                "adaptive_vs_plain": round(c["adaptive"] / c["fixed"][0], 3),
+            figures = planner_errors(nodes, cells, pipeline, log, max_tokens)
+            errors.append(figures.pop("planner_real_error_max_pct"))
+            report |= {f"{name}_{k}": v for k, v in figures.items()}
+            report[f"{name}_sweep_s"] = {
+                "verify": (node_inspect(nodes["verify"][0].pk) or {}).get("sweep_s"),
+                "draft": ((node_inspect(nodes["draft"][0].pk) or {}).get("adaptive") or {}).get(
+                    "sweep_s"
+                ),
             }
-        report["adaptive_vs_best_fixed_min"] = round(min(vs_best), 3)
-        report["adaptive_vs_plain_min"] = round(min(vs_plain), 3)
+        simulated = simulated_errors()
+        report["adaptive_vs_best_fixed_min"] = round(min(vs_best), 3) if vs_best else None
+        report["adaptive_vs_plain_min"] = round(min(vs_plain), 3) if vs_plain else None
         report["adapt_rounds"] = max(adapt_rounds) if adapt_rounds else None
-        report |= _planner_errors(nodes, cells, pipeline, log, max_tokens)
+        report["planner_real_error_max_pct"] = round(max(errors), 1) if errors else None
+        report["planner_sim_error_max_pct"] = round(max(simulated), 1)
+        report["planner_apply_error_max_pct"] = round(max(errors + simulated), 1)
         report["config"]["low_phase_params"] = LOW_PARAMS
-        report["bad_apply_rollback_s"] = _bad_apply(
-            base, key, pipeline, phases["high"], AuditEvent, stack, log
-        )
+        if "demo" in served:
+            pipeline, _ = served["demo"]
+            report["bad_apply_rollback_s"] = _bad_apply(
+                base, key, pipeline, _phases("demo")["high"], AuditEvent, stack, log
+            )
         return report
     finally:
         stack.close()
 
 
-def _client_rates(m, measured: dict, n: int, tokens: int) -> dict[int, float]:
-    """What n clients measure for each k from the model's per-sequence rate r(k): a request
-    of `tokens` tokens takes F + tokens / r(k), where F (submit, claim, prefill, the stream's
-    open and close) is calibrated once, on plain decoding's measured run."""
-    from fleet.planner.model import predict
-
-    rate = {k: predict(m, k=k, batch=n).goodput_tps / n for k in measured}
-    fixed = max(n * tokens / measured[0] - tokens / rate[0], 0.0) if rate[0] else 0.0
-    return {k: n * tokens / (fixed + tokens / r) if r else 0.0 for k, r in rate.items()}
-
-
-def _planner_errors(nodes, cells, pipeline, log, requests_tokens: int) -> dict:
-    """The planner's goodput model fed by what the real nodes measured (their cost tables and
-    round trip, each run's acceptance) predicts every fixed k; its recommended k against
-    that k's measured run. A request's fixed cost on the client/web path (outside the model's
-    rounds) is taken from plain decoding's measured run: one measured point, as the planner
-    itself calibrates to the configuration that runs (`_client_rates`). Then the simulator's
-    roofline for this machine's CPU profile, calibrated the same way; and 20 simulated
-    fleets."""
-    from fleet.planner import measurements
-    from fleet.planner.adaptive import AdaptiveK
-    from fleet.planner.costs import StepCosts
-    from fleet.planner.model import Hardware, PipelineModel
+def _measure(name, pipeline, nodes, base, key, ks, requests, max_tokens, stack, log):
+    """Every fixed k and adaptive k in each phase at 1 and 8 streams (each twice,
+    interleaved: the machine is noisy); then adaptive over phase 1 followed at once by phase
+    2, its drafter traced: (cells, rounds to settle after each switch)."""
     from inference.selectors import node_inspect
 
-    draft, verify = ((node_inspect(nodes[r][0].pk) or {}) for r in ("draft", "verify"))
-    snap = draft.get("adaptive") or {}
-    a = AdaptiveK()
-    a.draft_costs = StepCosts.from_json(snap.get("draft_costs"))
-    a.verify_costs = StepCosts.from_json(verify.get("step_costs"))
-    a.hop_s = (snap.get("hop_ms") or 0.0) / 1000
-    cpu = Hardware.from_profile(nodes["verify"][0].profile)
-    sim = PipelineModel(
-        verifier=cpu,
-        drafter=cpu,
-        target=measurements.model_spec(pipeline.target_model, default_params=1e8),
-        draft=measurements.model_spec(pipeline.draft_model, default_params=1e7),
-    )
-    errors: list[float] = []
-    sim_cpu: list[float] = []
-    out: dict[str, Any] = {}
-    tokens = requests_tokens  # tokens a request asks for (each client runs them in turn)
-    for (n, phase), c in cells.items():
-        per_pos = tuple(c["per_position"])
-        m, _vb = a.model(n)
-        m = m.with_(per_position=per_pos, alpha=None if per_pos else 0.5, n_drafters=1)
-        roof = sim.with_(per_position=per_pos, alpha=None if per_pos else 0.5)
-        pred = _client_rates(m, c["fixed"], n, tokens)
-        best = max(pred, key=lambda k: pred[k])
-        err = abs(pred[best] - c["fixed"][best]) / c["fixed"][best] * 100
-        errors.append(err)
-        rp = _client_rates(roof, c["fixed"], n, tokens)
-        sim_cpu.append(max(abs(rp[k] - v) / v * 100 for k, v in c["fixed"].items()))
-        out[f"planner_real_n{n}_{phase}"] = {
-            "recommended_k": best,
-            "measured_best_k": max(c["fixed"], key=lambda k: c["fixed"][k]),
-            "predicted_tokens_per_s": {str(k): round(v, 1) for k, v in pred.items()},
-            "error_pct": round(err, 1),
-            "per_position": [round(p, 3) for p in per_pos],
-        }
-    simulated = _simulated_errors()
-    out["planner_real_error_max_pct"] = round(max(errors), 1)
-    out["planner_sim_error_max_pct"] = round(max(simulated), 1)
-    out["planner_apply_error_max_pct"] = round(max(errors + simulated), 1)
-    out["sim_vs_real_cpu_error_pct"] = round(max(sim_cpu), 1)
-    log(
-        f"planner error: real {[round(e, 1) for e in errors]} %, simulated max "
-        f"{max(simulated):.1f} %; CPU roofline vs real, worst k: {max(sim_cpu):.1f} %"
-    )
-    return out
-
-
-def _simulated_errors(n: int = 20) -> list[float]:
-    """20 random simulated fleets: telemetry of the current configuration (with sampling
-    noise) -> the planner's model -> its recommended k; the simulator's physics at that k
-    is what the simulated fleet then measures."""
-    from fleet.nodes.models import HardwareProfile
-    from fleet.planner import measurements
-    from fleet.planner.model import Hardware, ModelSpec, PipelineModel, predict
-    from fleet.planner.recommend import best_k_at
-
-    rng = random.Random(11)
-    gpus = [Hardware.from_profile(p) for p in HardwareProfile.objects.filter(kind="gpu")]
-    drafters = [Hardware.from_profile(p) for p in HardwareProfile.objects.exclude(kind="cpu")]
-    errors = []
-    for _ in range(n):
-        truth = PipelineModel(
-            alpha=rng.uniform(0.4, 0.9),
-            verifier=rng.choice(gpus),
-            drafter=rng.choice(drafters),
-            target=ModelSpec("t", rng.choice([8e9, 70e9]), n_layers=32),
-            draft=ModelSpec("d", rng.choice([0.5e9, 1e9]), n_layers=16, kv_dim=512),
-            n_verifiers=rng.randint(1, 4),
-            n_drafters=rng.randint(1, 4),
-        )
-        batch, k = rng.choice([4, 16, 26, 64]), rng.randint(1, 6)
-        at = predict(truth, k=k, batch=batch)
-        rows = [
-            {
-                "alpha": truth.alpha,
-                "batch_mean": batch,
-                "acceptance_rate": (at.expected_tokens * rng.uniform(0.95, 1.05) - 1) / k,
-                "mean_acceptance_length": at.expected_tokens,
-                "verify_step_ms": truth.t_verify(batch, batch * (k + 1)) * 1000,
-                "draft_step_ms": truth.t_draft(batch * truth.n_verifiers / truth.n_drafters) * 1000,
+    phases = _phases(name)
+    first, second = list(phases)
+    rng = random.Random(0)
+    drive(base=base, key=key, prompts_per_client=[[phases[first][0][0]]], max_tokens=8)
+    cells: dict[tuple[int, str], dict[str, Any]] = {}
+    adapt_rounds: list[int] = []
+    reps = 2
+    for n in (1, 8):
+        for phase, work in phases.items():
+            runs: dict[Any, list[float]] = {k: [] for k in [*ks, "adaptive"]}
+            accept: list[float] = []
+            for _ in range(reps):
+                for k in ks:
+                    _set_policy(pipeline, {"mode": "fixed", "k": k})
+                    res = _run(base, key, work, n, requests, max_tokens, rng)
+                    runs[k].append(res["tokens_per_s"])
+                    if k == max(ks) and not accept:
+                        accept = per_position(res["ids"], stack)
+                _set_policy(pipeline, ADAPTIVE)
+                runs["adaptive"].append(
+                    _run(base, key, work, n, requests, max_tokens, rng)["tokens_per_s"]
+                )
+            mean = {k: sum(v) / len(v) for k, v in runs.items()}
+            cells[(n, phase)] = {
+                "fixed": {k: mean[k] for k in ks},
+                "adaptive": mean["adaptive"],
+                "per_position": accept,
             }
-            for _ in range(30)
-        ]
-        seen = measurements.measured_from_rollups(rows, default_k=k)
-        planned = truth.with_(
-            alpha=seen.get("alpha", truth.alpha),
-            verify_scale=measurements.verify_scale(truth, seen["verify_points"])
-            if seen.get("verify_points")
-            else 1.0,
+            log(
+                f"{name} N={n} {phase:5s} fixed k: "
+                + " ".join(f"{k}:{mean[k]:.0f}" for k in ks)
+                + f" | adaptive {mean['adaptive']:.0f} tok/s"
+            )
+        _set_policy(pipeline, ADAPTIVE)
+        _run(base, key, phases[first], n, requests, max_tokens, rng)
+        switch_at = time.time()
+        _run(base, key, phases[second], n, requests * 2, max_tokens, rng)
+        time.sleep(1.2)
+        trace = (node_inspect(nodes["draft"][0].pk) or {}).get("k_trace") or []
+        settled = settle_rounds(trace, switch_at)
+        ks_used = [k for t, _b, k in trace if t >= switch_at]
+        if settled is not None:
+            adapt_rounds.append(settled)
+        log(
+            f"{name} N={n} {first} -> {second}: k {ks_used[:3]} ... {ks_used[-3:]}, "
+            f"settled after {settled} rounds of {len(ks_used)}"
         )
-        rec = best_k_at(planned, batch)
-        real = predict(truth, k=rec.k, batch=batch).goodput_tps
-        errors.append(abs(rec.goodput_tps - real) / real * 100)
-    return errors
+        for phase in phases:
+            cells[(n, phase)]["adaptive_k_final"] = ks_used[-1] if ks_used else None
+    return cells, adapt_rounds
 
 
 def _bad_apply(base, key, pipeline, corpus, AuditEvent, stack, log) -> float | None:

@@ -12,7 +12,7 @@ from fleet.env import env_bool
 
 
 class Command(BaseCommand):
-    help = "Benchmark speculation control through the real workers (demo pair)."
+    help = "Benchmark speculation control through the real workers (demo and smollm2)."
 
     def add_arguments(self, parser):
         parser.add_argument("--json", default=None, help="also write the figures to FILE")
