@@ -111,17 +111,19 @@ def settle_rounds(trace: list, switch_at: float, *, share: float = 0.9) -> int |
     return len(after)
 
 
-def _phases(name: str) -> dict[str, tuple[list[str], dict | None]]:
-    """Two workloads a pipeline meets one after the other (phase 1, then phase 2)."""
+def _phases(name: str) -> dict[str, tuple[list[str], dict]]:
+    """Two workloads pipeline `name` meets one after the other: {phase: (prompts, the
+    request's parameters over greedy, its pipeline included)}."""
+    to = {"pipeline": f"bench-{name}"}
     if name == "demo":
         # the pair's own domain (greedy), then random characters sampled hot
-        return {"high": (_prompts(), None), "low": (_low_prompts(), LOW_PARAMS)}
+        return {"high": (_prompts(), to), "low": (_low_prompts(), {**LOW_PARAMS, **to})}
     prompts: dict[str, list[str]] = {}
     for line in DRAFT_PROMPTS.read_text().splitlines():
         row = json.loads(line)
         prompts.setdefault(row["domain"], []).append(row["prompt"])
     # SmolLM2 with the n-gram drafter: code (which repeats its own names), then prose
-    return {"code": (prompts["code"], None), "prose": (prompts["prose"], None)}
+    return {"code": (prompts["code"], to), "prose": (prompts["prose"], to)}
 
 
 def _add_pipeline(name: str, models: Path, profile) -> tuple[Any, dict, dict[str, str]]:
@@ -151,13 +153,21 @@ def _add_pipeline(name: str, models: Path, profile) -> tuple[Any, dict, dict[str
     return pipeline, nodes, {"TANDEM_NODE_SLOTS": "16", **spec.worker_env}
 
 
-def bench(*, models: Path, quick: bool, log=print, pipelines=("demo", "smollm2")) -> dict:
+# How much each run measures: the full sweep, --quick, and --smoke (the harness end to end in
+# a minute or two, for its test: its figures mean nothing).
+PLANS = {
+    "full": {"ks": list(range(9)), "reps": 2, "requests": 3, "max_tokens": 64, "streams": (1, 8)},
+    "quick": {"ks": [0, 1, 2, 4, 8], "reps": 2, "requests": 2, "max_tokens": 48, "streams": (1, 8)},
+    "smoke": {"ks": [0, 2], "reps": 1, "requests": 1, "max_tokens": 8, "streams": (2,)},
+}
+
+
+def bench(*, models: Path, plan: str, log=print, pipelines=("demo", "smollm2")) -> dict:
     from fleet.nodes.models import HardwareProfile
     from fleet.pipelines.models import AuditEvent
     from inference.selectors import node_inspect
 
-    ks = [0, 1, 2, 4, 8] if quick else list(range(9))
-    requests, max_tokens = (2, 48) if quick else (3, 64)
+    how = PLANS[plan]
     _pipeline, _nodes, key = _setup(models, k=4, max_batch=32, wait_ms=20)
     _pipeline.delete()  # _setup's user and key serve; the pipelines are made below
     for node, _token in _nodes.values():
@@ -167,7 +177,7 @@ def bench(*, models: Path, quick: bool, log=print, pipelines=("demo", "smollm2")
     base = f"http://127.0.0.1:{port}"
     stack = Stack(log)
     threads = str(max(1, (os.cpu_count() or 2) // 2))
-    report: dict[str, Any] = {"config": {"ks": ks, "requests": requests, "max_tokens": max_tokens}}
+    report: dict[str, Any] = {"config": {"plan": plan, **how}}
     try:
         stack.spawn(
             "web",
@@ -206,9 +216,7 @@ def bench(*, models: Path, quick: bool, log=print, pipelines=("demo", "smollm2")
         wait_for(online, 300, "the workers to come online", stack)
         vs_best, vs_plain, adapt_rounds, errors = [], [], [], []
         for name, (pipeline, nodes) in served.items():
-            cells, settled = _measure(
-                name, pipeline, nodes, base, key, ks, requests, max_tokens, stack, log
-            )
+            cells, settled = _measure(name, pipeline, nodes, base, key, how, stack, log)
             adapt_rounds += settled
             for (n, phase), c in cells.items():
                 best = max(c["fixed"].values())
@@ -222,7 +230,7 @@ def bench(*, models: Path, quick: bool, log=print, pipelines=("demo", "smollm2")
                     "adaptive_vs_best_fixed": round(c["adaptive"] / best, 3),
                     "adaptive_vs_plain": round(c["adaptive"] / c["fixed"][0], 3),
                 }
-            figures = planner_errors(nodes, cells, pipeline, log, max_tokens)
+            figures = planner_errors(nodes, cells, pipeline, log, how["max_tokens"])
             errors.append(figures.pop("planner_real_error_max_pct"))
             report |= {f"{name}_{k}": v for k, v in figures.items()}
             report[f"{name}_sweep_s"] = {
@@ -241,15 +249,17 @@ def bench(*, models: Path, quick: bool, log=print, pipelines=("demo", "smollm2")
         report["config"]["low_phase_params"] = LOW_PARAMS
         if "demo" in served:
             pipeline, _ = served["demo"]
-            report["bad_apply_rollback_s"] = _bad_apply(
-                base, key, pipeline, _phases("demo")["high"], AuditEvent, stack, log
+            report["bad_apply_rollback_s"] = (
+                _bad_apply(base, key, pipeline, _phases("demo")["high"], AuditEvent, stack, log)
+                if plan != "smoke"
+                else None
             )
         return report
     finally:
         stack.close()
 
 
-def _measure(name, pipeline, nodes, base, key, ks, requests, max_tokens, stack, log):
+def _measure(name, pipeline, nodes, base, key, how, stack, log):
     """Every fixed k and adaptive k in each phase at 1 and 8 streams (each twice,
     interleaved: the machine is noisy); then adaptive over phase 1 followed at once by phase
     2, its drafter traced: (cells, rounds to settle after each switch)."""
@@ -258,11 +268,17 @@ def _measure(name, pipeline, nodes, base, key, ks, requests, max_tokens, stack, 
     phases = _phases(name)
     first, second = list(phases)
     rng = random.Random(0)
-    drive(base=base, key=key, prompts_per_client=[[phases[first][0][0]]], max_tokens=8)
+    drive(
+        base=base,
+        key=key,
+        prompts_per_client=[[phases[first][0][0]]],
+        max_tokens=8,
+        params=phases[first][1],
+    )
     cells: dict[tuple[int, str], dict[str, Any]] = {}
     adapt_rounds: list[int] = []
-    reps = 2
-    for n in (1, 8):
+    ks, reps, requests, max_tokens = how["ks"], how["reps"], how["requests"], how["max_tokens"]
+    for n in how["streams"]:
         for phase, work in phases.items():
             runs: dict[Any, list[float]] = {k: [] for k in [*ks, "adaptive"]}
             accept: list[float] = []

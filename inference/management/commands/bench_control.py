@@ -17,6 +17,10 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--json", default=None, help="also write the figures to FILE")
         parser.add_argument("--quick", action="store_true", help="k in 0,1,2,4,8; fewer requests")
+        parser.add_argument("--smoke", action="store_true", help="the harness only (its test)")
+        parser.add_argument(
+            "--pipelines", default="demo,smollm2", help="which of up's pipelines (comma list)"
+        )
         parser.add_argument("--models", default=None, help="directory with the demo pair")
 
     def handle(self, *args, **o):
@@ -25,12 +29,16 @@ class Command(BaseCommand):
         models = stack.demo_pair_dir(o["models"])
         if not env_bool("TANDEM_BENCH_CHILD", False):
             argv = ["--quick"] if o["quick"] else []
+            argv += ["--smoke"] if o["smoke"] else []
+            argv += ["--pipelines", o["pipelines"]]
             if o["json"]:
                 argv += ["--json", str(Path(o["json"]).resolve())]
             raise SystemExit(
                 stack.run(argv, models=models, log=self.stdout.write, command="bench_control")
             )
-        report = control.bench(models=models, quick=o["quick"], log=self.stdout.write)
+        plan = "smoke" if o["smoke"] else "quick" if o["quick"] else "full"
+        pipelines = tuple(p for p in o["pipelines"].split(",") if p)
+        report = control.bench(models=models, plan=plan, log=self.stdout.write, pipelines=pipelines)
         self.stdout.write(
             "adaptive / best fixed k (min) {adaptive_vs_best_fixed_min} (target >= 0.95); "
             "adaptive / plain (min) {adaptive_vs_plain_min} (target >= 1.0); "

@@ -1,0 +1,41 @@
+"""bench_control end to end on the tiny pair (--smoke: the harness through the real web
+server, ledger, aggregator and node workers; its figures mean nothing at this size)."""
+
+import json
+
+import pytest
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_bench_control_smoke_on_the_tiny_pair(tmp_path, capsys):
+    from django.core.management import call_command
+
+    from inference.training.corpus import load_corpus, stdlib_root
+    from inference.training.demo_pair import train_demo_pair
+
+    models = tmp_path / "models"
+    corpus = load_corpus(stdlib_root() / "email", heldout_every=3)
+    train_demo_pair(models, seed=3, preset="tiny", threads=1, corpus=corpus)
+    out = tmp_path / "control.json"
+    with pytest.raises(SystemExit) as ended:  # the command exits with its child's status
+        call_command(
+            "bench_control",
+            "--smoke",
+            "--pipelines",
+            "demo",
+            "--models",
+            str(models),
+            "--json",
+            str(out),
+        )
+    assert ended.value.code == 0
+    report = json.loads(out.read_text())
+    for cell in ("demo_n2_high", "demo_n2_low"):
+        fixed = report[cell]["fixed_tokens_per_s"]
+        assert set(fixed) == {"0", "2"} and min(fixed.values()) > 0
+        assert report[cell]["adaptive_tokens_per_s"] > 0
+    assert report["adaptive_vs_best_fixed_min"] > 0
+    assert report["planner_sim_error_max_pct"] is not None
+    assert report["demo_sweep_s"]["verify"] is not None
+    assert "adaptive / best fixed k (min)" in capsys.readouterr().out
