@@ -8,7 +8,7 @@ import pytest
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_bench_control_smoke_on_the_tiny_pair(tmp_path, capsys):
+def test_bench_control_smoke_on_the_tiny_pair(tmp_path, capfd):
     from django.core.management import call_command
 
     from inference.training.corpus import load_corpus, stdlib_root
@@ -38,4 +38,4 @@ def test_bench_control_smoke_on_the_tiny_pair(tmp_path, capsys):
     assert report["adaptive_vs_best_fixed_min"] > 0
     assert report["planner_sim_error_max_pct"] is not None
     assert report["demo_sweep_s"]["verify"] is not None
-    assert "adaptive / best fixed k (min)" in capsys.readouterr().out
+    assert "adaptive / best fixed k (min)" in capfd.readouterr().out  # the child's output
