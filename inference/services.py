@@ -23,6 +23,7 @@ from django.utils import timezone
 from fleet.nodes.choices import NodeState
 from fleet.nodes.models import Node
 from fleet.pipelines.models import Pipeline
+from fleet.raw_models import insert_instance
 from inference import wire
 from inference.models import Generation, GenerationState
 from inference.router import NoCapacity, needs_drafter, pick_pair
@@ -81,7 +82,7 @@ def generation_submit(
     pair = pick_pair(pipeline)
     now = timezone.now()
     timeout_s = params.get("timeout_s") or DEFAULT_DEADLINE_S
-    generation = Generation.objects.create(
+    generation = Generation(
         pipeline=pipeline,
         user=user if getattr(user, "pk", None) else None,
         prompt=db_text(prompt),
@@ -93,6 +94,7 @@ def generation_submit(
         created_at=now,
         deadline=now + timedelta(seconds=float(timeout_s)),
     )
+    insert_instance(generation)  # ONE statement
     start_after_commit(generation.pk, pair.verifier.pk, start_payload(generation))
     return generation
 
