@@ -136,7 +136,8 @@ def bench(
     stack = Stack(log)
     threads = str(max(1, (os.cpu_count() or 2) // 2))
     try:
-        # TANDEM_BENCH_PROFILE_WEB=FILE: the web process runs under cProfile (stats to FILE)
+        # TANDEM_BENCH_PROFILE_WEB=FILE: the web process runs under cProfile on CPU time
+        # (inference.bench.thread_profile: the event loop in FILE, the sync lanes in FILE.lanes)
         profile = os.environ.get("TANDEM_BENCH_PROFILE_WEB")
         web_workers = int(os.environ.get("TANDEM_WEB_WORKERS") or 1)  # the bench's default: 1
         if web_workers == 1:
@@ -144,7 +145,7 @@ def bench(
                 "web",
                 [
                     sys.executable,
-                    *(["-m", "cProfile", "-o", profile] if profile else []),
+                    *(["-m", "inference.bench.thread_profile", profile] if profile else []),
                     "-m",
                     "fleet.web_serve",
                     "--host",
