@@ -13,6 +13,7 @@ import cProfile
 import os
 import pstats
 import runpy
+import signal
 import sys
 import time
 
@@ -39,6 +40,9 @@ def main() -> None:
     sys.argv = [module, *rest]
     sys.path.insert(0, os.getcwd())  # as `python -m`: the working directory first
     futures_thread._worker = _profiled(futures_thread._worker)  # type: ignore[attr-defined]
+    # A server re-raises the SIGTERM it stopped on (uvicorn): an exit here, so the stats
+    # are written (the default action would end the process first).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     profile = cProfile.Profile(time.thread_time)
     profile.enable()
     try:
