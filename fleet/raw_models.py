@@ -83,12 +83,12 @@ def insert_instance(instance: Model, *, using: str | None = None) -> None:
         raise TypeError(f"insert_instance: {model.__name__} has an auto field or parents")
     db = using or router.db_for_write(model)
     connection = connections[db]
-    fields = meta.local_concrete_fields
+    fields = [f for f in meta.local_concrete_fields if f.column]  # (concrete: all of them)
     inserts = connection.__dict__.setdefault(_INSERTS, {})
     sql = inserts.get(model)
     if sql is None:
         quote = connection.ops.quote_name
-        columns = ", ".join(quote(f.column) for f in fields)
+        columns = ", ".join(quote(f.column) for f in fields if f.column)  # (for mypy)
         marks = ", ".join(["%s"] * len(fields))
         sql = inserts[model] = f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES ({marks})"
     params = [f.get_db_prep_save(f.pre_save(instance, True), connection) for f in fields]

@@ -39,7 +39,7 @@ def main() -> None:
         raise SystemExit(__doc__)
     sys.argv = [module, *rest]
     sys.path.insert(0, os.getcwd())  # as `python -m`: the working directory first
-    futures_thread._worker = _profiled(futures_thread._worker)  # type: ignore[attr-defined]
+    futures_thread._worker = _profiled(futures_thread._worker)
     # A server re-raises the SIGTERM it stopped on (uvicorn): an exit here, so the stats
     # are written (the default action would end the process first).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))

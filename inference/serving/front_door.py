@@ -104,8 +104,8 @@ def _security_headers(secure: bool) -> tuple[tuple[bytes, bytes], ...]:
         out.append(("X-Content-Type-Options", "nosniff"))
     if settings.SECURE_REFERRER_POLICY:
         policy = settings.SECURE_REFERRER_POLICY
-        policy = [v.strip() for v in policy.split(",")] if isinstance(policy, str) else policy
-        out.append(("Referrer-Policy", ",".join(policy)))
+        parts = [v.strip() for v in policy.split(",")] if isinstance(policy, str) else policy
+        out.append(("Referrer-Policy", ",".join(parts)))
     if settings.SECURE_CROSS_ORIGIN_OPENER_POLICY:
         out.append(("Cross-Origin-Opener-Policy", settings.SECURE_CROSS_ORIGIN_OPENER_POLICY))
     out.append(("X-Frame-Options", getattr(settings, "X_FRAME_OPTIONS", "DENY").upper()))

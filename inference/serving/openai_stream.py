@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from json.encoder import encode_basestring_ascii
 
 from asgiref.sync import sync_to_async
@@ -214,7 +214,7 @@ class _Writer:
         return out
 
 
-async def sse_body(job: Job) -> AsyncIterator[bytes]:
+async def sse_body(job: Job) -> AsyncGenerator[bytes]:
     """`data: {chunk}` lines, then `data: [DONE]`; cancels the generations if cut short."""
     writer = _Writer(job)
     try:
