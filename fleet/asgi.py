@@ -1,5 +1,6 @@
-"""ASGI entry point: HTTP through Django, websockets through Channels (auth checked in
-each consumer before accept)."""
+"""ASGI entry point: HTTP through Django (but the OpenAI hot paths, POST /v1/completions and
+/v1/chat/completions, through their front door: inference/serving/front_door.py), websockets
+through Channels (auth checked in each consumer before accept)."""
 
 import os
 
@@ -7,7 +8,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fleet.settings")
 
 from fleet.web_handler import get_asgi_application  # noqa: E402  (Django's, with sync lanes)
 
-django_asgi_app = get_asgi_application()
+django_asgi_app = get_asgi_application(front="inference.serving.front_door")
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402  (needs Django set up first)
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402

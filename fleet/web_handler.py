@@ -76,8 +76,13 @@ def _fresh(fn, *args, **kwargs):
 
 
 class LaneASGIHandler(ASGIHandler):
-    def __init__(self, lanes: int | None = None):
+    """`front`: a door that answers some requests itself, beside Django (`serves(scope)`,
+    `serve(scope, receive, send)`: inference.serving.front_door), after the same gate and on
+    the same lanes."""
+
+    def __init__(self, lanes: int | None = None, front=None):
         super().__init__()
+        self.front = front
         n = max(1, lanes or int(getattr(settings, "WEB_SYNC_LANES", 1)))
         self.lanes = [Lane(f"sync-lane-{i}") for i in range(n)]
         self._next = itertools.cycle(self.lanes)
@@ -97,7 +102,10 @@ class LaneASGIHandler(ASGIHandler):
         token = _served.set(True)
         try:
             async with ThreadSensitiveContext(executor=next(self._next)):
-                await self.handle(scope, bounded, started)
+                if self.front is not None and self.front.serves(scope):
+                    await self.front.serve(scope, bounded, started)
+                else:
+                    await self.handle(scope, bounded, started)
         finally:
             _served.reset(token)
         if (bounded.over or bounded.slow) and not started.started:
@@ -105,12 +113,16 @@ class LaneASGIHandler(ASGIHandler):
             await web_gate.respond(send, scope.get("path", ""), status, why)
 
 
-def get_asgi_application() -> LaneASGIHandler:
-    """`django.core.asgi.get_asgi_application`, with the lanes."""
+def get_asgi_application(front=None) -> LaneASGIHandler:
+    """`django.core.asgi.get_asgi_application`, with the lanes (and a front door)."""
     import django
 
     django.setup(set_prefix=False)
-    return LaneASGIHandler()
+    if isinstance(front, str):  # a module path: imported once Django is set up
+        import importlib
+
+        front = importlib.import_module(front)
+    return LaneASGIHandler(front=front)
 
 
 class AsyncWhiteNoiseMiddleware(WhiteNoiseMiddleware):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
-from typing import Any
 
 import redis
 from django.db import transaction
@@ -24,10 +23,12 @@ from django.utils import timezone
 from fleet.nodes.choices import NodeState
 from fleet.nodes.models import Node
 from fleet.pipelines.models import Pipeline
+from fleet.raw_models import insert_instance
 from inference import wire
 from inference.models import Generation, GenerationState
 from inference.router import NoCapacity, needs_drafter, pick_pair
 from inference.selectors import generations_active
+from inference.start_messages import start_after_commit
 
 __all__ = [
     "NoCapacity",
@@ -68,16 +69,20 @@ def db_text(text: str) -> str:
     return text.replace("\x00", "\ufffd")
 
 
-@transaction.atomic
 def generation_submit(
     *, pipeline: Pipeline, prompt: str, prompt_tokens: list[int], params: dict, user
 ) -> Generation:
     """Write the row (queued) with its drafter and verifier; the verifier starts it after
-    commit. Raises NoCapacity when the pipeline has no healthy pair."""
+    commit. Raises NoCapacity when the pipeline has no healthy pair.
+
+    No transaction of its own: the row is ONE statement (an INSERT), atomic by itself in
+    autocommit -- a BEGIN and a COMMIT around it cost the web process two more round trips
+    (and SQLite's write lock for longer) on every request. Called inside a transaction (a
+    request with several rows), it commits with it, and the start messages leave after."""
     pair = pick_pair(pipeline)
     now = timezone.now()
     timeout_s = params.get("timeout_s") or DEFAULT_DEADLINE_S
-    generation = Generation.objects.create(
+    generation = Generation(
         pipeline=pipeline,
         user=user if getattr(user, "pk", None) else None,
         prompt=db_text(prompt),
@@ -89,44 +94,9 @@ def generation_submit(
         created_at=now,
         deadline=now + timedelta(seconds=float(timeout_s)),
     )
-    _start_after_commit(generation.pk, pair.verifier.pk, start_payload(generation))
+    insert_instance(generation)  # ONE statement
+    start_after_commit(generation.pk, pair.verifier.pk, start_payload(generation))
     return generation
-
-
-class _Starts:
-    """The start messages of the generations one transaction writes, sent after its commit.
-    If Redis cannot take one, that row and every later one of the batch is failed (no row
-    stays `queued` for a message that never left) and the error is raised: the caller
-    answers 503."""
-
-    def __init__(self) -> None:
-        self.items: list[tuple[Any, int, dict]] = []
-        self.flushed = False
-
-    def flush(self) -> None:
-        self.flushed = True
-        for i, (_gid, verifier_id, payload) in enumerate(self.items):
-            try:
-                wire.send(verifier_id, "start", payload)
-            except (redis.RedisError, OSError) as exc:
-                unsent = [g for g, _, _ in self.items[i:]]
-                Generation.objects.filter(pk__in=unsent, state=GenerationState.QUEUED).update(
-                    state=GenerationState.FAILED,
-                    finish_reason="error",
-                    error=f"not started: the message queue is unreachable ({type(exc).__name__})",
-                    finished_at=timezone.now(),
-                )
-                raise
-
-
-def _start_after_commit(gid, verifier_id: int, payload: dict) -> None:
-    connection = transaction.get_connection()
-    batch = getattr(connection, "tandem_starts", None)
-    pending = [func for _, func, _ in connection.run_on_commit]
-    if batch is None or batch.flushed or batch.flush not in pending:  # none open here yet
-        batch = connection.tandem_starts = _Starts()
-        transaction.on_commit(batch.flush)
-    batch.items.append((gid, verifier_id, payload))
 
 
 def _completion_tokens(generation_id, verifier_id: int | None) -> int:

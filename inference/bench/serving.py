@@ -4,8 +4,9 @@ machine, against the same prompts through the engine in one process.
 The bench runs in a throw-away data directory with its own embedded Redis and SQLite
 database (`run()` re-executes the command there), starts the web server
 (`fleet.web_serve`), the ledger consumer and two `run_node` workers (one drafter, one
-verifier; no database credentials) as subprocesses, and drives clients with httpx:
-POST /api/v1/generations, then GET .../stream (SSE) for the token events. Per N it reports
+verifier; no database credentials) as subprocesses, and drives clients with httpx: a
+streaming POST /v1/completions each (`--api openai`, the default: what inference teams'
+load tools send), or POST /api/v1/generations then GET .../stream (`--api rest`). Per N it reports
 tokens/s, ITL p50/p99 (per token: the gap between token events split over their tokens),
 TTFT, the verifier's batch size distribution (the delta of its histogram), then the same
 prompts through `SpeculativeGenerator` in this process (same k, same concurrency cap), and
@@ -119,6 +120,7 @@ def bench(
     k: int,
     max_batch: int,
     wait_ms: int,
+    api: str = "openai",
     log=print,
 ) -> dict:
     import torch
@@ -134,7 +136,8 @@ def bench(
     stack = Stack(log)
     threads = str(max(1, (os.cpu_count() or 2) // 2))
     try:
-        # TANDEM_BENCH_PROFILE_WEB=FILE: the web process runs under cProfile (stats to FILE)
+        # TANDEM_BENCH_PROFILE_WEB=FILE: the web process runs under cProfile on CPU time
+        # (inference.bench.thread_profile: the event loop in FILE, the sync lanes in FILE.lanes)
         profile = os.environ.get("TANDEM_BENCH_PROFILE_WEB")
         web_workers = int(os.environ.get("TANDEM_WEB_WORKERS") or 1)  # the bench's default: 1
         if web_workers == 1:
@@ -142,7 +145,7 @@ def bench(
                 "web",
                 [
                     sys.executable,
-                    *(["-m", "cProfile", "-o", profile] if profile else []),
+                    *(["-m", "inference.bench.thread_profile", profile] if profile else []),
                     "-m",
                     "fleet.web_serve",
                     "--host",
@@ -183,10 +186,12 @@ def bench(
         wait_for(online, 120, "the workers to come online", stack)
         rng = random.Random(0)
         corpus = _prompts()
-        drive(base=base, key=key, prompts_per_client=[[corpus[0]]], max_tokens=8)  # warm-up
+        warm = [[corpus[0]]]
+        drive(base=base, key=key, prompts_per_client=warm, max_tokens=8, api=api)  # warm-up
         report: dict = {
             "config": {
                 "k": k,
+                "api": api,
                 "max_verify_batch": max_batch,
                 "max_batch_wait_ms": wait_ms,
                 "max_tokens": max_tokens,
@@ -210,7 +215,9 @@ def bench(
                 time.sleep(1.2)  # the workers refresh their inspection figures each second
                 before = {r: node_inspect(nodes[r][0].pk)["stats"] for r in nodes}
                 cpu0 = stack.cpu_s()
-                res = drive(base=base, key=key, prompts_per_client=prompts, max_tokens=max_tokens)
+                res = drive(
+                    base=base, key=key, prompts_per_client=prompts, max_tokens=max_tokens, api=api
+                )
                 cpu1 = stack.cpu_s()
                 res["cpu_s"] = {k: round(cpu1[k] - cpu0[k], 2) for k in cpu1}
                 webs = [k for k in res["cpu_s"] if k.startswith("web-")]  # several web processes

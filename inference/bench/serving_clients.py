@@ -1,12 +1,13 @@
 """The clients of ``bench_serving``: N concurrent HTTP clients, each posting its prompts to
-/api/v1/generations and reading the tokens back from .../stream (SSE), with the latency
-figures a run reports."""
+/v1/completions with `stream` (api "openai"), or to /api/v1/generations and reading the
+tokens back from .../stream (api "rest"), with the latency figures a run reports."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import time
+import uuid
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -22,7 +23,7 @@ async def _client(http, base, key, prompts, max_tokens, records, api="rest", par
     headers = {"Authorization": f"Bearer {key}"}
     if api == "openai":
         for prompt in prompts:
-            records.append(await _openai_one(http, base, headers, prompt, max_tokens))
+            records.append(await _openai_one(http, base, headers, prompt, max_tokens, params))
         return
     for prompt in prompts:
         t0 = time.perf_counter()
@@ -67,17 +68,22 @@ async def _client(http, base, key, prompts, max_tokens, records, api="rest", par
         records.append(rec)
 
 
-async def _openai_one(http, base, headers, prompt, max_tokens) -> dict:
+async def _openai_one(http, base, headers, prompt, max_tokens, params=None) -> dict:
+    """One streaming POST /v1/completions. Its tokens are the usage's completion_tokens
+    (`stream_options.include_usage`); a chunk carries a verifier round's tokens, so for the
+    ITL each chunk's gap is split over its share of the tokens (by its text's length)."""
     body = {
         "model": "bench",
         "prompt": prompt,
         "max_tokens": max_tokens,
         "temperature": 0,
         "stream": True,
+        "stream_options": {"include_usage": True},
+        **(params or {}),
     }
     rec: dict = {"id": None, "tokens": 0, "itl": [], "ttft": None, "finish": None}
     t0 = time.perf_counter()
-    last = None
+    chunks: list[tuple[float, int]] = []  # (arrival, characters)
     async with http.stream("POST", f"{base}/v1/completions", headers=headers, json=body) as s:
         if s.status_code != 200:
             raise RuntimeError(f"POST /v1/completions: {s.status_code} {await s.aread()!r}")
@@ -86,16 +92,19 @@ async def _openai_one(http, base, headers, prompt, max_tokens) -> dict:
                 continue
             event = json.loads(line[6:])
             now = time.perf_counter()
-            rec["id"] = event.get("id")
+            rec["id"] = str(uuid.UUID(event["id"].removeprefix("cmpl-")))
+            if event.get("usage"):
+                rec["tokens"] = event["usage"]["completion_tokens"]
             for choice in event.get("choices", []):
                 if choice.get("text"):
                     rec["ttft"] = rec["ttft"] or now - t0
-                    if last is not None:
-                        rec["itl"].append(now - last)
-                    last = now
-                    rec["tokens"] += 1  # a chunk: its tokens are not counted by the client
+                    chunks.append((now, len(choice["text"])))
                 if choice.get("finish_reason"):
                     rec["finish"] = choice["finish_reason"]
+    chars = sum(c for _, c in chunks)
+    for (before, _), (after, c) in zip(chunks, chunks[1:], strict=False):
+        n = max(1, round(rec["tokens"] * c / chars)) if chars else 1
+        rec["itl"].extend([(after - before) / n] * n)
     return rec
 
 
@@ -110,7 +119,7 @@ def drive(
 ) -> dict:
     """Every client sends its prompts one after another, all clients at once; tokens/s,
     inter-token latency (the gap between token events split over their tokens) and TTFT.
-    `params`: sampling parameters over the default greedy ones (REST only)."""
+    `params`: sampling parameters over the default greedy ones."""
     import httpx
 
     records: list[dict] = []

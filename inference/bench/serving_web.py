@@ -7,7 +7,9 @@ every start with `--rounds` token events of `--per-round` tokens, `--round-ms` a
 done (what a verifier round publishes). No model, no torch: what it measures is the web
 process's CPU per request (from /proc) and the latency it adds, reproducible on a shared
 machine where the model work of the full bench is noise. `--profile FILE` runs the web
-server under `inference.bench.sampler` (every thread; a report to FILE).
+server under `inference.bench.sampler` (every thread; a report to FILE), or, when FILE ends
+in `.prof`, under `inference.bench.thread_profile` (cProfile on CPU time: the event loop in
+FILE, the sync lanes in FILE.lanes; `python -m pstats FILE`).
 
 Runs in a throw-away data directory with its own embedded Redis and SQLite database.
 """
@@ -134,9 +136,11 @@ def child(args) -> dict:
         )
         return procs[-1]
 
-    prof = (
-        ["-m", "inference.bench.sampler", str(Path(args.profile).resolve())] if args.profile else []
-    )
+    prof = []
+    if args.profile and args.profile.endswith(".prof"):  # cProfile on CPU time, per thread
+        prof = ["-m", "inference.bench.thread_profile", str(Path(args.profile).resolve())]
+    elif args.profile:  # every thread, sampled
+        prof = ["-m", "inference.bench.sampler", str(Path(args.profile).resolve())]
     if args.server == "uvicorn":  # the production server (fleet/web_serve.py)
         server = ["-m", "fleet.web_serve", "--host", "127.0.0.1", "--port", str(port)]
     else:  # for comparison

@@ -16,7 +16,6 @@ tokenization, rows: `_run`); the event loop does the rest.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,44 +23,20 @@ from functools import wraps
 
 from asgiref.sync import sync_to_async
 from django.core.exceptions import RequestDataTooBig
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from redis.exceptions import RedisError
 
 from fleet.accounts.access import can
 from fleet.accounts.principal import Refused, principal_for
-from fleet.guard.body_rules import InputError, load_json
-from inference import services
-from inference.serving import openai_stream, readiness
-from inference.serving.openai_format import (
-    Choice,
-    Job,
-    OpenAIError,
-    from_request_error,
-)
-from inference.serving.openai_request import (
-    Options,
-    common_options,
-    completion_prompts,
-    message_text,
-)
-from inference.serving.request_rules import (
-    ModelNotFound,
-    Prepared,
-    RequestError,
-    pipeline_named,
-    prepare,
-    servable_pipelines,
-    tokenizer_for,
-)
-from inference.serving.tokenization import ModelTokenizer
+from inference import services  # noqa: F401  (tests patch openai_api.services)
+from inference.serving import openai_jobs, openai_stream
+from inference.serving.openai_format import OpenAIError, from_request_error
+from inference.serving.request_rules import ModelNotFound, RequestError, servable_pipelines
 
 log = logging.getLogger(__name__)
 
-COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
-# Prompts may hold NUL (a byte-level model's text; the service stores it as U+FFFD).
-NUL_OK = frozenset({"prompt", "messages"})
 # --- authentication, method and error handling: one decorator ------------------------------
 
 
@@ -176,16 +151,7 @@ def _json_body(request: HttpRequest) -> dict:
         raw = request.body
     except RequestDataTooBig as exc:
         raise OpenAIError(413, "The request body is too large.") from exc
-    try:
-        body = load_json(raw or b"null", nul_ok=NUL_OK)
-    except InputError as exc:
-        raise OpenAIError(400, exc.message, param=exc.path or None) from exc
-    if not isinstance(body, dict):
-        raise OpenAIError(400, "The request body must be a JSON object.")
-    # `null` means absent, for every optional parameter (clients send their defaults as
-    # null: `"max_completion_tokens": null` must not hide `max_tokens`); a required one left
-    # null is refused as missing.
-    return {name: value for name, value in body.items() if value is not None}
+    return openai_jobs.json_body(raw)
 
 
 # --- models -----------------------------------------------------------------------------------
@@ -226,167 +192,23 @@ async def not_found(request, path: str = ""):
     ).response()
 
 
-# --- request parsing --------------------------------------------------------------------------
-
-
-def _prepare(
-    body: dict,
-    prompts: list,
-    *,
-    default_max_tokens,
-    max_tokens_param="max_tokens",
-    min_max_tokens: int = 1,
-    chat: bool = False,
-    logprobs: bool = False,
-) -> tuple[list[Prepared], ModelTokenizer | None]:
-    """Sync: the pipeline lookup (DB) and tokenization (CPU) of each prompt (a chat's one
-    prompt is rendered from the pipeline's chat template: a callable); with `logprobs`, the
-    tokenizer too (token texts)."""
-    pipeline = pipeline_named(body.get("model"))
-    refuse_while_warming_up(pipeline)
-    prepared = [
-        prepare(
-            pipeline=pipeline,
-            prompt=prompt(pipeline) if callable(prompt) else prompt,
-            max_tokens=body.get(max_tokens_param),
-            default_max_tokens=default_max_tokens,
-            max_tokens_param=max_tokens_param,
-            min_max_tokens=min_max_tokens,
-            prompt_param="messages" if chat else "prompt",
-            temperature=body.get("temperature"),
-            top_p=body.get("top_p"),
-            top_k=body.get("top_k"),
-            seed=body.get("seed"),
-            stop=body.get("stop"),
-        )
-        for prompt in prompts
-    ]
-    return prepared, tokenizer_for(pipeline) if logprobs else None
-
-
-def refuse_while_warming_up(pipeline) -> None:
-    """503 + Retry-After while the pipeline's model files are still being made (trained,
-    converted); a pipeline whose files are simply missing keeps its 400."""
-    try:
-        tokenizer_for(pipeline)  # cached per model path: the same lookup prepare() makes
-    except RequestError as exc:
-        state = readiness.not_ready(pipeline, cause=exc.message)
-        if state.warming_up:
-            raise NotReadyError(state) from exc
-        raise
-
-
-def sample_seed(seed: int | None, sample: int) -> int | None:
-    """Sample j's seed of a seeded request with n/best_of > 1: independent, reproducible, and
-    the request's own seed for the first sample (n=1 draws exactly as before)."""
-    if seed is None or sample == 0:
-        return seed
-    return (seed + sample * 0x9E3779B97F4A7C15) % (1 << 63)
-
-
-def _submit(prepared: list[Prepared], options: Options, user) -> list[Choice]:
-    """One Generation row per prompt and sample (best_of of them), all or none."""
-    choices = []
-    several = len(prepared) * options.best_of > 1
-    try:  # one generation: its own transaction (no savepoint on the hot path)
-        with transaction.atomic() if several else contextlib.nullcontext():
-            for p, prep in enumerate(prepared):
-                for j in range(options.best_of):
-                    params = dict(prep.params)
-                    params["seed"] = sample_seed(params.get("seed"), j)
-                    if options.sample_logprobs is not None:
-                        params["logprobs"] = options.sample_logprobs
-                    if options.prompt_logprobs is not None:
-                        params["prompt_logprobs"] = options.prompt_logprobs
-                    generation = services.generation_submit(
-                        pipeline=prep.pipeline,
-                        prompt=prep.prompt,
-                        prompt_tokens=prep.prompt_tokens,
-                        params=params,
-                        user=user,
-                    )
-                    choice = Choice(generation, p, prep.prompt, list(prep.prompt_tokens))
-                    choice.index = p * options.n + j  # best_of > n: ranked at the end
-                    choices.append(choice)
-    except services.NoCapacity as exc:
-        raise NotReadyError(readiness.not_ready(prepared[0].pipeline, cause=str(exc))) from exc
-    return choices
-
-
-class NotReadyError(OpenAIError):
-    """503 + Retry-After: the pipeline is warming up, or short of healthy workers."""
-
-    def __init__(self, state: readiness.NotReady):
-        code = "model_not_ready" if state.warming_up else "no_capacity"
-        super().__init__(503, state.message, type="server_error", code=code)
-        self.retry_after_s = state.retry_after_s
-
-    def response(self) -> JsonResponse:
-        response = super().response()
-        response["Retry-After"] = str(self.retry_after_s)
-        return response
-
-
 # --- completions ------------------------------------------------------------------------------
 
 
 @endpoint("POST", "generate", authorize_in_view=True)
 async def completions(request, caller: Caller):
-    body = caller.body
-    options = common_options(body)
-    prompts = completion_prompts(body, options)
-    return await _run(
-        caller,
-        body,
-        prompts,
-        options,
-        default_max_tokens=COMPLETIONS_DEFAULT_MAX_TOKENS,
-        min_max_tokens=0 if options.echo else 1,  # echo + max_tokens 0: score the prompt
-    )
+    return await _run(caller, openai_jobs.plan_completions(caller.body))
 
 
 @endpoint("POST", "generate", authorize_in_view=True)
 async def chat_completions(request, caller: Caller):
-    body = caller.body
-    options = common_options(body, chat=True)
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise OpenAIError(400, "'messages' must be a non-empty list.", param="messages")
-    turns = [message_text(m, i) for i, m in enumerate(messages)]
-
-    def render(pipeline) -> str:
-        return tokenizer_for(pipeline).chat_prompt([{"role": r, "content": c} for r, c in turns])
-
-    max_param = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
-    return await _run(
-        caller,
-        body,
-        [render],
-        options,
-        default_max_tokens=None,
-        max_tokens_param=max_param,
-        chat=True,
-    )
+    return await _run(caller, openai_jobs.plan_chat(caller.body))
 
 
-async def _run(caller: Caller, body: dict, prompts: list, options: Options, *, chat=False, **kw):
+async def _run(caller: Caller, plan: openai_jobs.Plan):
     """ONE hop to the sync lane for the key, the pipeline, the tokenization and the rows;
-    then the answer from the event loop."""
-
-    def accept():
-        caller.authorize()
-        prepared, tokenizer = _prepare(
-            body, prompts, chat=chat, logprobs=options.logprobs is not None, **kw
-        )
-        return prepared, tokenizer, _submit(prepared, options, caller.user)
-
-    prepared, tokenizer, choices = await sync_to_async(accept)()
-    job = Job(
-        choices=choices,
-        model=prepared[0].pipeline.name,
-        chat=chat,
-        options=options,
-        tokenizer=tokenizer,
-    )
+    then the answer from the event loop. (Under ASGI a POST never gets here: the front door
+    serves it, with the same `openai_jobs`.)"""
+    job = await sync_to_async(openai_jobs.accept)(caller, plan)
     answer = openai_stream.response(job)
-    return answer if options.stream else await answer
+    return answer if plan.options.stream else await answer

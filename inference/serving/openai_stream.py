@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from json.encoder import encode_basestring_ascii
 
 from asgiref.sync import sync_to_async
@@ -37,7 +37,7 @@ DONE = b"data: [DONE]\n\n"
 def response(job: Job):
     """A StreamingHttpResponse for a streaming job; else (a coroutine) the whole body."""
     if job.options.stream:
-        out = StreamingHttpResponse(_sse(job), content_type="text/event-stream")
+        out = StreamingHttpResponse(sse_body(job), content_type="text/event-stream")
         out["Cache-Control"] = "no-cache"
         out["X-Accel-Buffering"] = "no"
         return out
@@ -103,7 +103,8 @@ async def _cancel_left(job: Job, left: set[int]) -> None:
         await asyncio.shield(sync_to_async(_cancel_quietly)(ids))
 
 
-async def _complete(job: Job) -> HttpResponse:
+async def complete(job: Job) -> dict:
+    """The whole body of a job that does not stream; OpenAIError if it failed or timed out."""
     left = set(range(len(job.choices)))
     try:
         async for batch in _events(job):
@@ -111,15 +112,22 @@ async def _complete(job: Job) -> HttpResponse:
                 kind = event.get("type")
                 if kind in ("error", "timeout"):
                     left.discard(i)
-                    return _error_of(event).response()
+                    raise _error_of(event)
                 if i is None:
                     continue
                 job.choices[i].take(event)
                 if kind == "done":
                     left.discard(i)
-        return JsonResponse(full_body(job))
+        return full_body(job)
     finally:
         await _cancel_left(job, left)
+
+
+async def _complete(job: Job) -> HttpResponse:
+    try:
+        return JsonResponse(await complete(job))
+    except OpenAIError as exc:
+        return exc.response()
 
 
 _MARK = "\ue000tandem-text\ue000"  # stands for a chunk's text in a pre-encoded template
@@ -206,7 +214,7 @@ class _Writer:
         return out
 
 
-async def _sse(job: Job) -> AsyncIterator[bytes]:
+async def sse_body(job: Job) -> AsyncGenerator[bytes]:
     """`data: {chunk}` lines, then `data: [DONE]`; cancels the generations if cut short."""
     writer = _Writer(job)
     try:

@@ -8,7 +8,9 @@ events (a round of the whole batch: one round trip).
 
 A new follower must not wait for the hub's current blocking read to end (up to `block_ms`):
 the XREAD also reads the hub's own wake stream, and a follower that joins appends to it, so
-the read returns at once and the next one includes the new key.
+the read returns at once and the next one includes the new key. One wake per read: the
+followers that join while a wake is on its way ride on it (32 clients arriving together cost
+one wake, not 32 Redis round trips).
 
 The hub's task is never cancelled (see `sse`'s module doc: cancelling a redis.asyncio
 command can hang); it ends at its next read once nobody follows anything. A follower leaves
@@ -54,6 +56,9 @@ class Hub:
         self.wake_cursor = "0"
         self.task: asyncio.Task | None = None
         self.reads = 0  # XREADs done (for tests and benches)
+        self.waking = False  # a wake is on its way: the read it ends takes every new key
+        self.wakes = 0  # wakes sent (for tests and benches)
+        self.ttl_set = -float("inf")  # when the wake stream's TTL was last set
 
     def add(self, follower: Follower, *, block_ms: int | None = None) -> bool:
         if any(key in self.keys for key in follower.tags):
@@ -66,7 +71,8 @@ class Hub:
             self.task = asyncio.create_task(self._run())
             _tasks.add(self.task)
             self.task.add_done_callback(_tasks.discard)
-        else:  # it is blocked in a read without this key: make that read return now
+        elif not self.waking:  # it is blocked in a read without this key: end that read now
+            self.waking = True
             wake = asyncio.create_task(self._wake())
             _tasks.add(wake)
             wake.add_done_callback(_tasks.discard)
@@ -78,12 +84,20 @@ class Hub:
                 del self.keys[key]
 
     async def _wake(self) -> None:
+        """One XADD; its TTL is set with the first wake and again once it is half gone (a
+        pipeline of the two commands cost twice the CPU of one, on every request)."""
+        self.wakes += 1
         client = redis_clients.async_client()
-        pipe = client.pipeline(transaction=False)
-        pipe.xadd(self.wake_key, {"w": "1"}, maxlen=16, approximate=True)
-        pipe.expire(self.wake_key, WAKE_TTL_S)
+        now = time.monotonic()
         try:
-            await pipe.execute()
+            if now - self.ttl_set > WAKE_TTL_S / 2:
+                self.ttl_set = now
+                pipe = client.pipeline(transaction=False)
+                pipe.xadd(self.wake_key, {"w": "1"}, maxlen=16, approximate=True)
+                pipe.expire(self.wake_key, WAKE_TTL_S)
+                await pipe.execute()
+            else:
+                await client.xadd(self.wake_key, {"w": "1"}, maxlen=16, approximate=True)
         except Exception:  # the hub's own read fails the same way and tells the followers
             pass
 
@@ -91,6 +105,7 @@ class Hub:
         client = redis_clients.async_client()  # the loop's pool: no connection per request
         try:
             while self.keys:
+                self.waking = False  # this read takes every key there is now
                 streams: dict[Any, Any] = {self.wake_key: self.wake_cursor}
                 for key, follower in self.keys.items():
                     streams[key] = follower.cursors[key]

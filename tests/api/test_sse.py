@@ -77,3 +77,33 @@ def test_followers_share_one_read_per_round_and_a_newcomer_is_not_kept_waiting()
     assert all(r == ["tokens"] * 4 + ["done"] for r in results)
     assert reads <= 12, reads  # 4 rounds (a publish may split a read), not 4 x 16
     assert late == ["done"] and waited < 1.0, waited
+
+
+def test_followers_that_join_together_share_one_wake():
+    """16 followers joining while the hub is blocked in a long read: one wake ends that read
+    (not 16 Redis round trips), and every one of them gets its events at once."""
+    from inference.serving import stream_hub
+
+    blocker_gid, gids = uuid.uuid4(), [uuid.uuid4() for _ in range(16)]
+
+    async def one(gid):
+        return [e["type"] async for batch in sse.follow_batches(gid, owner=3) for _, e in batch]
+
+    async def run():
+        hub = stream_hub.hub()
+        hub.block_ms = 5000
+        blocker = asyncio.create_task(one(blocker_gid))  # the hub is in a long read
+        await asyncio.sleep(0.2)
+        done = [(g, wire.done_event("stop", 1, 0)) for g in gids]
+        await asyncio.to_thread(functools.partial(wire.publish_many, done, node=3))
+        wakes0, t0 = hub.wakes, time.monotonic()
+        results = await asyncio.gather(*(one(g) for g in gids))  # they join together
+        waited, wakes = time.monotonic() - t0, hub.wakes - wakes0
+        await asyncio.to_thread(wire.publish, blocker_gid, wire.done_event("stop", 1, 0), node=3)
+        await blocker
+        return results, waited, wakes
+
+    results, waited, wakes = asyncio.run(run())
+    assert all(r == ["done"] for r in results)
+    assert waited < 1.0, waited
+    assert wakes == 1, wakes

@@ -27,6 +27,12 @@ class Command(BaseCommand):
         parser.add_argument("--k", type=int, default=4)
         parser.add_argument("--max-verify-batch", type=int, default=32)
         parser.add_argument("--max-batch-wait-ms", type=int, default=100)
+        parser.add_argument(
+            "--api",
+            choices=["openai", "rest"],
+            default="openai",
+            help="streaming POST /v1/completions (default), or the REST API and its SSE stream",
+        )
 
     def handle(self, *args, **o):
         from inference.bench import serving, stack
@@ -46,6 +52,8 @@ class Command(BaseCommand):
                 str(o["max_verify_batch"]),
                 "--max-batch-wait-ms",
                 str(o["max_batch_wait_ms"]),
+                "--api",
+                o["api"],
             ]
             if o["json"]:
                 argv += ["--json", str(Path(o["json"]).resolve())]
@@ -58,6 +66,7 @@ class Command(BaseCommand):
             k=o["k"],
             max_batch=o["max_verify_batch"],
             wait_ms=o["max_batch_wait_ms"],
+            api=o["api"],
             log=self.stdout.write,
         )
         big = max(int(n) for n in o["clients"].split(","))
