@@ -202,9 +202,7 @@ class Acceptance:
         if wd < self.WINDOW or bd < self.WINDOW:
             return False
         recent, old = sum(x for _, x in self.window) / wd, self.before[1] / bd
-        noise = math.sqrt(
-            max(recent * (1 - recent), 0.05) / wd + max(old * (1 - old), 0.05) / bd
-        )
+        noise = math.sqrt(max(recent * (1 - recent), 0.05) / wd + max(old * (1 - old), 0.05) / bd)
         if abs(recent - old) > max(0.1, self.SHIFT_Z * noise):
             self.before = [0.0, 0.0]
             return True
