@@ -244,7 +244,7 @@ class Child:
     """A spec and its current process, with its crash history (monotonic times)."""
 
     spec: ChildSpec
-    process: subprocess.Popen | None = None
+    process: subprocess.Popen  # started with the child, replaced on each restart
     state: str = RUNNING
     crashes: list[float] = field(default_factory=list)
     restarts: int = 0
@@ -350,7 +350,12 @@ class Supervisor:
                     self._job_ended(child)
                 else:
                     self._died(child, now)
-            elif child.state == RESTARTING and now >= child.restart_at and not self.stop_requested:
+            elif (
+                child.state == RESTARTING
+                and child.restart_at is not None  # always set while RESTARTING
+                and now >= child.restart_at
+                and not self.stop_requested
+            ):
                 self._restart(child)
 
     def _died(self, child: Child, now: float) -> None:
@@ -387,7 +392,6 @@ class Supervisor:
 
     def _job_ended(self, child: Child) -> None:
         spec, process = child.spec, child.process
-        assert process is not None  # it was running
         _kill_group(process.pid)
         child.last_exit = exit_reason(process.returncode)
         child.since = time.time()
@@ -416,6 +420,8 @@ class Supervisor:
             self.log(f"  (could not write {self.state_file}: {exc})")
 
     def wait_ready(self, spec: ChildSpec, timeout_s: float = 90.0) -> None:
+        if spec.ready_url is None:
+            raise ValueError(f"{spec.name} has no readiness URL to wait on")
         deadline = time.monotonic() + timeout_s
         while True:
             self.check()
