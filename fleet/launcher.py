@@ -249,7 +249,7 @@ class Child:
     crashes: list[float] = field(default_factory=list)
     restarts: int = 0
     last_exit: str = ""
-    restart_at: float | None = None  # monotonic, while RESTARTING
+    restart_at: float = 0.0  # monotonic, while RESTARTING (unused otherwise)
     since: float = field(default_factory=time.time)  # wall clock of the last state change
 
     def report(self) -> dict:
@@ -350,12 +350,7 @@ class Supervisor:
                     self._job_ended(child)
                 else:
                     self._died(child, now)
-            elif (
-                child.state == RESTARTING
-                and child.restart_at is not None  # always set while RESTARTING
-                and now >= child.restart_at
-                and not self.stop_requested
-            ):
+            elif child.state == RESTARTING and now >= child.restart_at and not self.stop_requested:
                 self._restart(child)
 
     def _died(self, child: Child, now: float) -> None:
@@ -405,7 +400,7 @@ class Supervisor:
 
     def _restart(self, child: Child) -> None:
         child.process = self._spawn(child.spec)
-        child.state, child.restart_at, child.since = RUNNING, None, time.time()
+        child.state, child.restart_at, child.since = RUNNING, 0.0, time.time()
         child.restarts += 1
         self.log(f"  restarted {child.spec.name:<10} pid {child.process.pid}")
         self._write_state()
@@ -420,8 +415,7 @@ class Supervisor:
             self.log(f"  (could not write {self.state_file}: {exc})")
 
     def wait_ready(self, spec: ChildSpec, timeout_s: float = 90.0) -> None:
-        if spec.ready_url is None:
-            raise ValueError(f"{spec.name} has no readiness URL to wait on")
+        assert spec.ready_url is not None, spec.name  # callers wait on probed children only
         deadline = time.monotonic() + timeout_s
         while True:
             self.check()

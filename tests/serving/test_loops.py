@@ -65,9 +65,8 @@ def _run(pipeline, nodes, wired, kind):
     peers = [n.pk for n, _role, _token in nodes]  # as the node session names them
     for node, role, token in nodes:
         key = token_key(node.pk, token)
-        loop: VerifyLoop | DraftLoop
         if role == "verify":
-            loop = VerifyLoop(
+            loop: VerifyLoop | DraftLoop = VerifyLoop(
                 engine=load_verify_engine(pipeline.target_model),
                 node_id=node.pk,
                 pipeline_id=pipeline.pk,
