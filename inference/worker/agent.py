@@ -166,9 +166,8 @@ class Agent:
         self.stopping = threading.Event()
         self.last_reply: dict | None = None
         self._publish_warned = False
-        self._http: httpx.Client | None = (
-            None  # one client for the process: a new one per beat costs a TLS context
-        )
+        # one client for the process: a new one per beat costs a TLS context
+        self._http: httpx.Client | None = None
 
     # -- figures ----------------------------------------------------------------------------------
     def sample(self) -> dict:
