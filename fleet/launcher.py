@@ -244,12 +244,12 @@ class Child:
     """A spec and its current process, with its crash history (monotonic times)."""
 
     spec: ChildSpec
-    process: subprocess.Popen | None = None
+    process: subprocess.Popen  # started with the child, replaced on each restart
     state: str = RUNNING
     crashes: list[float] = field(default_factory=list)
     restarts: int = 0
     last_exit: str = ""
-    restart_at: float | None = None  # monotonic, while RESTARTING
+    restart_at: float = 0.0  # monotonic, while RESTARTING (unused otherwise)
     since: float = field(default_factory=time.time)  # wall clock of the last state change
 
     def report(self) -> dict:
@@ -387,7 +387,6 @@ class Supervisor:
 
     def _job_ended(self, child: Child) -> None:
         spec, process = child.spec, child.process
-        assert process is not None  # it was running
         _kill_group(process.pid)
         child.last_exit = exit_reason(process.returncode)
         child.since = time.time()
@@ -401,7 +400,7 @@ class Supervisor:
 
     def _restart(self, child: Child) -> None:
         child.process = self._spawn(child.spec)
-        child.state, child.restart_at, child.since = RUNNING, None, time.time()
+        child.state, child.restart_at, child.since = RUNNING, 0.0, time.time()
         child.restarts += 1
         self.log(f"  restarted {child.spec.name:<10} pid {child.process.pid}")
         self._write_state()
@@ -416,6 +415,7 @@ class Supervisor:
             self.log(f"  (could not write {self.state_file}: {exc})")
 
     def wait_ready(self, spec: ChildSpec, timeout_s: float = 90.0) -> None:
+        assert spec.ready_url is not None, spec.name  # callers wait on probed children only
         deadline = time.monotonic() + timeout_s
         while True:
             self.check()

@@ -22,7 +22,7 @@ TERMINAL_STATES = frozenset(
 )
 
 # The one table of legal moves. running -> queued is a re-route after a node was lost.
-TRANSITIONS = {
+TRANSITIONS: dict[str, set[str]] = {
     GenerationState.QUEUED: {
         GenerationState.RUNNING,
         GenerationState.FAILED,

@@ -11,6 +11,7 @@ alone, by plain decoding (k=0), rather than refused: slower, the same output.
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from django.db import connection
@@ -39,7 +40,7 @@ def needs_drafter(pipeline: Pipeline) -> bool:
     return pipeline.drafter_kind != DrafterKind.NONE
 
 
-def _load(pipeline: Pipeline, *, exclude: set[int]) -> list[Node]:
+def _load(pipeline: Pipeline, *, exclude: AbstractSet[int]) -> list[Node]:
     """The healthy placed nodes of the pipeline, each with its role (`role`) and its active
     generations as drafter or verifier (`n_active`): ONE query, a correlated count. Raw SQL: the
     ORM spent more CPU compiling this query than the database spent running it, on the path
@@ -65,7 +66,7 @@ def _marks(values: list) -> str:
     return ", ".join(["%s"] * len(values))
 
 
-def pick_pair(pipeline: Pipeline, *, exclude: set[int] = frozenset()) -> Pair:
+def pick_pair(pipeline: Pipeline, *, exclude: AbstractSet[int] = frozenset()) -> Pair:
     nodes = _load(pipeline, exclude=exclude)
     role = {n.pk: n.role for n in nodes}  # type: ignore[attr-defined]  # annotated by _load
     verifiers = [n for n in nodes if role[n.pk] == PlacementRole.VERIFY]

@@ -365,7 +365,8 @@ def generations_watchdog(*, now: datetime | None = None) -> dict:
 
     now = now or timezone.now()
     lost = nodes_mark_lost(now=now)
-    report = {"nodes_lost": lost, "timed_out": [], "rerouted": [], "degraded": [], "failed": []}
+    report: dict[str, list] = {"nodes_lost": lost}
+    report |= {"timed_out": [], "rerouted": [], "degraded": [], "failed": []}
     for g in generations_active().filter(deadline__lt=now):
         generation_fail(generation=g, error="deadline exceeded", finish_reason="timeout")
         report["timed_out"].append(str(g.pk))

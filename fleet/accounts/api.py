@@ -7,6 +7,8 @@ in the creation response only. DELETE revokes (idempotent: 200 with the key eith
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.contrib.auth import get_user_model
 from drf_spectacular.utils import extend_schema
 from rest_framework import generics, serializers, status
@@ -16,9 +18,14 @@ from fleet.accounts.access import can
 from fleet.accounts.models import ApiKey
 from fleet.accounts.services import api_key_create, api_key_revoke
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
 
 class ApiKeySerializer(serializers.ModelSerializer):
-    user = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    user: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
     active = serializers.SerializerMethodField()
 
     class Meta:

@@ -73,7 +73,9 @@ class LabelsField(serializers.DictField):
 
 
 class NodeSerializer(serializers.ModelSerializer):
-    profile = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    profile: serializers.SlugRelatedField[HardwareProfile] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True
+    )
     profile_kind = serializers.CharField(source="profile.kind", read_only=True)
     roles = RolesField(read_only=True)
     labels = LabelsField(read_only=True)

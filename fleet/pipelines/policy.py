@@ -63,7 +63,7 @@ def validate_policy(policy) -> dict:
     return {"mode": "adaptive", "k_min": k_min, "k_max": k_max, "k": min(max(k, k_min), k_max)}
 
 
-def k_for(policy: dict, batch_size: int) -> int:
+def k_for(policy: dict | None, batch_size: int) -> int:
     """The k a fixed or table policy gives a batch of `batch_size` sequences; an adaptive
     policy's starting k (the drafter's `fleet.planner.adaptive.AdaptiveK` moves it from
     there, round by round, on measured goodput). Never raises on a malformed policy: it

@@ -24,6 +24,8 @@ its nodes. `derive()` turns an accumulator into the figures on the screens:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from fleet.telemetry.samples import LATENCY_BUCKETS, N_BUCKETS
 
 SCALARS = (
@@ -246,7 +248,7 @@ def _make_add_scalars():
 _add_scalars = _make_add_scalars()
 
 
-def quantile(hist: list[float], q: float) -> float | None:
+def quantile(hist: Sequence[float], q: float) -> float | None:
     """Quantile from bucket counts (last bucket +Inf), linear within a bucket."""
     total = sum(hist)
     if total <= 0:

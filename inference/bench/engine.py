@@ -28,7 +28,7 @@ import json
 import os
 import platform
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -179,7 +179,7 @@ def _run(cfg: BenchConfig, threads: int, log) -> dict[str, Any]:
         a.outputs == b.outputs for a, b in zip(plain.runs, res["hf_assisted"].runs, strict=True)
     )
     hf_assist = res["hf_assisted"]
-    demo = {
+    demo: dict[str, Any] = {
         **s,
         "k": k,
         "ours_plain_tok_s": plain.tokens_per_s,
@@ -240,7 +240,7 @@ def _run(cfg: BenchConfig, threads: int, log) -> dict[str, Any]:
             cases[f"k={kk}"] = ours_case(verify, dengine, kk, batch, cfg.sweep_new_tokens)
         r = interleaved(cases, cfg.sweep_reps, log)
         p_tps = r["plain"].tokens_per_s
-        entry = {"batch": B, "plain_tok_s": p_tps, "spec": {}}
+        entry: dict[str, Any] = {"batch": B, "plain_tok_s": p_tps, "spec": {}}
         rows.append(_row("sweep", "ours plain", B, 0, r["plain"], p_tps))
         for kk in cfg.sweep_ks:
             ss = spec_summary(r[f"k={kk}"], r["plain"], kk)
@@ -321,7 +321,9 @@ def _smol(cfg: BenchConfig, k: int, rows: list, log) -> dict[str, Any]:
     }
 
 
-def _row(section, engine, batch, k, case: CaseResult, base_tps: float, s: dict | None = None):
+def _row(
+    section, engine, batch, k, case: CaseResult, base_tps: float, s: Mapping[str, Any] | None = None
+):
     s = s or {}
     return {
         "section": section,

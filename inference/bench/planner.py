@@ -238,7 +238,7 @@ def greedy_traces(model, prompts: list[list[int]], outputs: list[list[int]]) -> 
 def per_position_acceptance(accepted: list[tuple[int, int]], k_max: int) -> list[float]:
     """Cumulative acceptance per position: P(the first i+1 drafts all accepted), estimated
     over the drafts long enough to have position i."""
-    out = []
+    out: list[float] = []
     for i in range(k_max):
         reach = [(d, a) for d, a in accepted if d > i]
         out.append(
@@ -327,7 +327,7 @@ def compare(
     prediction is reported beside the trace one either way."""
     measured = {(r.batch, r.k): r.goodput for r in best_runs(results)}
     rows, errors, ratios, pp_errors, rounds_checked = [], [], [], [], []
-    use_traces = bool(traces) and len(traces) >= max(batches)
+    use_traces = traces is not None and len(traces) >= max(batches)
     for b in batches:
         # acceptance of this workload (these b prompts), measured over its runs of every k
         accepted = [a for r in results if r.batch == b for a in r.timings.accepted]
@@ -339,6 +339,7 @@ def compare(
             for k in ks
         }
         if use_traces:
+            assert traces is not None
             runs = {
                 k: predict_run_trace(mb, k=k, traces=traces[:b], prefill_s=prefill(b)) for k in ks
             }

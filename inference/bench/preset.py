@@ -43,7 +43,7 @@ _LLAMA3_ROPE = {
     "high_freq_factor": 4.0,
     "original_max_position_embeddings": 8192,
 }
-_LLAMA = dict(
+_LLAMA: dict[str, Any] = dict(
     rms_norm_eps=1e-5,
     rope_theta=500000.0,
     tie_word_embeddings=True,
@@ -307,7 +307,7 @@ def _run(
         "target_parameters": n_params,
         "draft_parameters": sum(p.numel() for p in draft.parameters()),
         "static_graphs": t_engine.runner is not None and t_engine.runner.graphs,
-        "attention": attention_kernels(dev, dtype, tcfg.head_dim),
+        "attention": attention_kernels(dev, dtype, tcfg.head_size),
     }
     steps: dict[str, float] = {}
     for B in cfg.batches:

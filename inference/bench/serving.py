@@ -40,6 +40,7 @@ def _setup(models: Path, *, k: int, max_batch: int, wait_ms: int):
     user_set_role(user=user, role="operator")
     _, key = api_key_create(user=user, name="bench")
     profile = HardwareProfile.objects.filter(kind="cpu").first()
+    assert profile is not None  # seeded by nodes migration 0002
     pipeline = Pipeline.objects.create(
         name="bench",
         target_model=str(models / "demo-target"),
@@ -55,6 +56,16 @@ def _setup(models: Path, *, k: int, max_batch: int, wait_ms: int):
         Placement.objects.create(pipeline=pipeline, node=node, role=role)
         nodes[role] = (node, token)
     return pipeline, nodes, key
+
+
+def _inspect(node_id: int) -> dict:
+    """``node_inspect``, for a worker that has reported (it does every second)."""
+    from inference.selectors import node_inspect
+
+    got = node_inspect(node_id)
+    if got is None:
+        raise RuntimeError(f"node {node_id} has not reported its inspection figures")
+    return got
 
 
 def _hist_delta(before: dict, after: dict) -> dict[int, int]:
@@ -127,7 +138,6 @@ def bench(
 
     from fleet.pipelines.models import Pipeline
     from inference.models import Generation
-    from inference.selectors import node_inspect
     from inference.services import push_pipeline_config
 
     pipeline, nodes, key = _setup(models, k=k, max_batch=max_batch, wait_ms=wait_ms)
@@ -213,7 +223,7 @@ def bench(
                     [rng.choice(corpus) for _ in range(requests_per_client)] for _ in range(n)
                 ]
                 time.sleep(1.2)  # the workers refresh their inspection figures each second
-                before = {r: node_inspect(nodes[r][0].pk)["stats"] for r in nodes}
+                before = {r: _inspect(nodes[r][0].pk)["stats"] for r in nodes}
                 cpu0 = stack.cpu_s()
                 res = drive(
                     base=base, key=key, prompts_per_client=prompts, max_tokens=max_tokens, api=api
@@ -225,14 +235,14 @@ def bench(
                     sum(res["cpu_s"].pop(k) for k in webs) + res["cpu_s"]["web"], 2
                 )
                 time.sleep(1.2)
-                after = {r: node_inspect(nodes[r][0].pk)["stats"] for r in nodes}
+                after = {r: _inspect(nodes[r][0].pk)["stats"] for r in nodes}
                 for r in nodes:  # share of the wall time each worker spent in forward passes
                     busy = after[r]["busy_s"] - before[r]["busy_s"]
                     res[f"{r}_busy_frac"] = round(busy / res["wall_s"], 3)
                     rounds = after[r]["rounds"] - before[r]["rounds"]
                     res[f"{r}_ms_per_round"] = round(busy * 1000 / rounds, 2) if rounds else None
                     res[f"{r}_phase_frac"] = _phase_fracs(before[r], after[r], res["wall_s"])
-                res["drafter_turnaround_ms"] = node_inspect(nodes["verify"][0].pk).get(
+                res["drafter_turnaround_ms"] = _inspect(nodes["verify"][0].pk).get(
                     "drafter_turnaround_ms"
                 )
                 wait_rows(res["ids"], stack)
@@ -257,6 +267,7 @@ def bench(
                     run["threads"] = t
                     if inproc is None or run["tokens_per_s"] > inproc["tokens_per_s"]:
                         inproc = run
+                assert inproc is not None  # the loop ran at least once
                 same = sum(
                     o == i for (_, _, o), i in zip(rows, inproc.pop("token_ids"), strict=True)
                 )

@@ -6,15 +6,18 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from typing import Any
 
 import torch
+from torch import Tensor
 
 from inference.engine.config import ModelConfig
 from inference.engine.engines import VerifyEngine
+from inference.engine.messages import SeqId
 from inference.engine.sampling import SamplingParams
 from inference.engine.transformer import Transformer
 
-SHAPES = {
+SHAPES: dict[str, dict[str, Any]] = {
     "tiny": dict(
         vocab_size=512,
         hidden_size=64,
@@ -62,7 +65,7 @@ def bench_verify(model: Transformer, batch_sizes, ks, prompt_len: int = 128, ite
             params = SamplingParams(temperature=0, max_tokens=10**6, ignore_eos=True)
             prompts = torch.randint(0, V, (B, prompt_len)).tolist()
             eng.add_many([(i, p, params) for i, p in enumerate(prompts)])
-            drafts = [
+            drafts: list[list[tuple[SeqId, list[int], Tensor | None]]] = [
                 [(i, d, None) for i, d in enumerate(torch.randint(0, V, (B, k)).tolist())]
                 for _ in range(iters + 1)
             ]

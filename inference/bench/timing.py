@@ -8,7 +8,7 @@ import copy
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 
@@ -222,7 +222,23 @@ def time_breakdown(spec: CaseResult) -> dict[str, float]:
     }
 
 
-def spec_summary(spec: CaseResult, plain: CaseResult, k: int) -> dict[str, float]:
+class SpecSummary(TypedDict):
+    alpha: float
+    acceptance_rate: float
+    mean_acceptance_length: float
+    per_position_acceptance: list[float]
+    draft_step_ms: float
+    target_step_ms: float
+    verify_step_ms: float
+    c: float
+    ideal_speedup: float
+    speedup_vs_plain: float
+    decode_speedup_vs_plain: float
+    efficiency: float
+    efficiency_end_to_end: float
+
+
+def spec_summary(spec: CaseResult, plain: CaseResult, k: int) -> SpecSummary:
     c_ = spec.counters
     alpha = alpha_from_positions(c_.num_accepted_tokens_per_pos, c_.num_draft_tokens_per_pos)
     t_draft, t_target = spec.step_time("draft"), plain.step_time("verify")

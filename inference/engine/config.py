@@ -54,6 +54,18 @@ class ModelConfig:
                 raise ValueError(f"unsupported rope_scaling type {kind!r}")
 
     @property
+    def kv_heads(self) -> int:
+        """``num_key_value_heads``, resolved by ``__post_init__`` (never None after it)."""
+        assert self.num_key_value_heads is not None
+        return self.num_key_value_heads
+
+    @property
+    def head_size(self) -> int:
+        """``head_dim``, resolved by ``__post_init__`` (never None after it)."""
+        assert self.head_dim is not None
+        return self.head_dim
+
+    @property
     def qkv_bias(self) -> bool:
         """Qwen2 always has q/k/v biases (and no o_proj bias); Llama follows attention_bias."""
         return self.attention_bias or self.model_type == "qwen2"

@@ -89,7 +89,7 @@ class ModelDrafter:
         self.device = self.cache.k[0].device
         self.runner = make_runner(model, self.cache, static, graphs)  # see VerifyEngine
         # a reduced head's token ids (None: a full head)
-        self.vocab_ids: torch.Tensor | None = model.vocab_ids  # type: ignore[assignment]
+        self.vocab_ids = model.vocab_ids
         self.seqs: dict[SeqId, _Seq] = {}
 
     @property

@@ -239,11 +239,12 @@ class VerifyEngine:
             logits = self.model.logits(
                 h[torch.arange(len(run), device=h.device), n.to(h.device) - 1]
             )
-            params = [s.params for s in seqs]
-            if all(pr.greedy for pr in params):
+            batch_params = [s.params for s in seqs]
+            if all(pr.greedy for pr in batch_params):
                 first = logits.argmax(-1)
             else:
-                first = sample(logits_to_probs(logits, params), params, [s.gen for s in seqs])
+                probs = logits_to_probs(logits, batch_params)
+                first = sample(probs, batch_params, [s.gen for s in seqs])
             dt = time.perf_counter() - t0
             self.counters.record_prefill(dt, int(n.sum()))
             firsts = zip(run, seqs, first.tolist(), strict=True)
@@ -283,6 +284,7 @@ class VerifyEngine:
                     sid, [], finished=True, finish_reason=s.result.finish_reason
                 )
                 continue
+            assert s.slot is not None  # a sequence holds its slot until it has a result
             room = self.cache.max_len - self.cache.length(s.slot) - 1
             k = max(0, min(len(dtoks), room, s.params.max_tokens - len(s.generated) - 1))
             if dprobs is not None and (
@@ -384,6 +386,7 @@ class VerifyEngine:
             c.record_round(n_draft, n_acc, len(r.tokens))
         if r.finish_reason:
             r.finished, s.result = True, r
+            assert s.slot is not None  # a sequence holds its slot until it has a result
             self.cache.free(s.slot)
             s.slot = None
         return r
@@ -392,6 +395,7 @@ class VerifyEngine:
         if not s.params.stop:
             return None
         longest = max(map(len, s.params.stop))
+        assert self.tokenizer is not None  # add() refuses stop strings without a tokenizer
         tail = self.tokenizer.decode(s.generated[-(longest + 8) :])  # cheap: a short tail
         return next((stop for stop in s.params.stop if stop in tail), None)
 

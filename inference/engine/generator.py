@@ -28,6 +28,12 @@ class GenerationOutput:
     counters: SpecCounters = field(default_factory=SpecCounters)
 
 
+def _submission_index(sid: SeqId) -> int:
+    """``generate``'s sequence ids are ``g<run>-<i>``: i, the prompt's index."""
+    assert isinstance(sid, str)
+    return int(sid.rsplit("-", 1)[1])
+
+
 class SpeculativeGenerator:
     """Runs requests to completion: prefill on the verifier, then rounds of
     propose (draft) -> verify (target) -> commit (draft). Without a draft engine, or with
@@ -71,14 +77,15 @@ class SpeculativeGenerator:
         run = next(self._ids)
         outs = [GenerationOutput(f"g{run}-{i}", list(p)) for i, p in enumerate(prompts)]
         by_id = {o.seq_id: (o, p) for o, p in zip(outs, params, strict=True)}
-        queue, active = deque(outs), set()
+        queue = deque(outs)
+        active: set[SeqId] = set()
         while queue or active:
             admit = [queue.popleft() for _ in range(min(len(queue), self._capacity()))]
             if admit:
                 res = self.verify.add_many(
                     [(o.seq_id, o.prompt_ids, by_id[o.seq_id][1]) for o in admit]
                 )
-                started = []
+                started: list[tuple[SeqId, list[int], SamplingParams | None]] = []
                 for o, r in zip(admit, map(self._roundtrip, res), strict=True):
                     self._apply(o, r)
                     if not r.finished:
@@ -90,7 +97,7 @@ class SpeculativeGenerator:
                 if queue and not admit:
                     raise RuntimeError("no free slot for a queued request")
                 continue
-            order = sorted(active, key=lambda s: int(s.rsplit("-", 1)[1]))
+            order = sorted(active, key=_submission_index)
             if self.draft is not None:
                 drafts = self.draft.propose([(sid, self.k(sid)) for sid in order])
             else:

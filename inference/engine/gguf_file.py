@@ -55,7 +55,10 @@ def gguf_config(meta: dict[str, Any], has_output: bool) -> ModelConfig:
     arch = meta["general.architecture"]
     if arch not in ("llama", "qwen2"):
         raise ValueError(f"unsupported GGUF architecture {arch!r}")
-    g = lambda key, default=None: meta.get(f"{arch}.{key}", default)  # noqa: E731
+
+    def g(key: str, default: Any = None) -> Any:
+        return meta.get(f"{arch}.{key}", default)
+
     heads = g("attention.head_count")
     scaling = None
     if g("rope.scaling.type") == "linear":
@@ -86,7 +89,9 @@ def gguf_tokenizer(meta: dict[str, Any]) -> Tokenizer:
     tokens = meta["tokenizer.ggml.tokens"]
     merges = [tuple(m.split(" ", 1)) for m in meta["tokenizer.ggml.merges"]]
     tk = _HFTokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges, fuse_unk=False))
-    pre = [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)]
+    pre: list[pre_tokenizers.PreTokenizer] = [
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    ]
     if meta.get("tokenizer.ggml.pre") in ("smollm", "qwen2", "llama-bpe"):
         pre.insert(0, pre_tokenizers.Digits(individual_digits=True))  # digits one by one
     tk.pre_tokenizer = pre_tokenizers.Sequence(pre)
@@ -123,9 +128,7 @@ def read_gguf(path: str | Path) -> tuple[ModelConfig, dict[str, torch.Tensor], T
         if parts[0] == "blk":
             kind = parts[2]
             if config.model_type == "llama" and kind in ("attn_q", "attn_k"):
-                heads = (
-                    config.num_attention_heads if kind == "attn_q" else config.num_key_value_heads
-                )
+                heads = config.num_attention_heads if kind == "attn_q" else config.kv_heads
                 w = _unpermute(w, heads)
             name = f"model.layers.{parts[1]}.{_LAYER_NAMES[kind]}.{parts[3]}"
         else:

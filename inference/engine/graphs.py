@@ -18,12 +18,16 @@ one gather of the batch's rows.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from .kv_cache import KVCache
 from .transformer import Transformer
+
+if TYPE_CHECKING:
+    from torch.cuda import _POOL_HANDLE
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
 MIN_KEYS = 64
@@ -66,7 +70,7 @@ class StaticRunner:
             self.buckets += (cache.n_slots,)
         self._graphs: dict[tuple[int, int, int], _Graph] = {}
         self._bufs: dict[tuple[int, int], tuple[Tensor, Tensor, Tensor, Tensor]] = {}
-        self._pool = None
+        self._pool: _POOL_HANDLE | None = None
         self.capture_s = 0.0
         self.replays = 0
 
@@ -78,8 +82,14 @@ class StaticRunner:
         return min(n, self.cache.max_len)
 
     def shape(self, slots: list[int], start: list[int], T: int) -> tuple[int, int, int]:
-        B = next_bucket(max(slots) + 1, self.buckets)
-        return B, T, self.n_keys(max(start) + T)
+        return self._bucket(max(slots) + 1), T, self.n_keys(max(start) + T)
+
+    def _bucket(self, n: int) -> int:
+        """The smallest bucket of ``n`` rows (the last bucket is the cache's slot count)."""
+        b = next_bucket(n, self.buckets)
+        if b is None:
+            raise ValueError(f"{n} rows exceed the cache's {self.cache.n_slots} slots")
+        return b
 
     @property
     def captured(self) -> list[tuple[int, int, int]]:
@@ -123,7 +133,7 @@ class StaticRunner:
         for b in batches:
             for t in ts:
                 for e in ends:
-                    key = (next_bucket(b, self.buckets), t, self.n_keys(e))
+                    key = (self._bucket(b), t, self.n_keys(e))
                     if key not in self._graphs:
                         self._capture(key)
         return self.capture_s - t0

@@ -17,6 +17,8 @@ evaluation under autocast) the plain ``F.linear`` runs, so autocast still casts 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -49,7 +51,7 @@ PACK_MIN_NUMEL = 1 << 16
 PACK_MIN_NUMEL_ONE_ROW = 1 << 17
 
 
-def adjacent(tensors: list[Tensor]) -> bool:
+def adjacent(tensors: Sequence[Tensor]) -> bool:
     """True when the tensors are contiguous, back to back in one storage (in this order):
     then their concatenation along dim 0 is a view, not a copy."""
     t0 = tensors[0]
@@ -72,7 +74,7 @@ def adjacent(tensors: list[Tensor]) -> bool:
     return True
 
 
-def joined(tensors: list[Tensor]) -> Tensor:
+def joined(tensors: Sequence[Tensor]) -> Tensor:
     """``cat(tensors)`` (detached): a view when they are ``adjacent``, else a copy."""
     if len(tensors) == 1:
         return tensors[0].detach()
@@ -89,6 +91,13 @@ class FusedLinear:
     ``share_storage_`` moves the layers' weights (and biases) into one buffer, each parameter
     becoming a view of its rows, so the fused weight is a view too: one copy of every weight.
     """
+
+    # derived from the layers' parameters by ``_build`` (on the first call, and when they change)
+    weight: Tensor
+    bias: Tensor | None
+    packable: bool
+    _packed: Tensor | None
+    _wt: Tensor | None
 
     def __init__(self, layers: list[nn.Linear]) -> None:
         self.layers = layers  # a plain list: not submodules, so the state dict is unchanged

@@ -31,7 +31,7 @@ def encode_probs(t: Tensor | None) -> dict[str, Any] | None:
     if t is None:
         return None
     a = t.detach().to("cpu", torch.float16).contiguous().numpy()
-    return {"dtype": "float16", "shape": list(a.shape), "b64": base64.b64encode(a).decode()}
+    return {"dtype": "float16", "shape": list(a.shape), "b64": base64.b64encode(a.data).decode()}
 
 
 def decode_probs(d: dict[str, Any] | None, device="cpu") -> Tensor | None:

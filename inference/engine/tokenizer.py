@@ -79,7 +79,10 @@ class Tokenizer:
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         self.tk.save(str(path / "tokenizer.json"))
-        cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": self.bos_token}
+        cfg: dict[str, str | bool | None] = {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "bos_token": self.bos_token,
+        }
         cfg |= {"eos_token": self.eos_token, "clean_up_tokenization_spaces": False}
         if self.chat_template:
             cfg["chat_template"] = self.chat_template

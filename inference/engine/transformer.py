@@ -43,7 +43,7 @@ class RMSNorm(nn.Module):
 
 def rope_inv_freq(config: ModelConfig) -> Tensor:
     """Inverse frequencies with ``rope_scaling`` applied (default, linear, llama3)."""
-    d = config.head_dim
+    d = config.head_size
     inv = 1.0 / (config.rope_theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
     s = config.rope_scaling or {}
     kind = s.get("rope_type", s.get("type", "default"))
@@ -79,8 +79,8 @@ class Attention(nn.Module):
         self.layer, self.n_heads, self.n_kv, self.head_dim = (
             layer,
             c.num_attention_heads,
-            c.num_key_value_heads,
-            c.head_dim,
+            c.kv_heads,
+            c.head_size,
         )
         self.q_proj = nn.Linear(c.hidden_size, self.n_heads * self.head_dim, bias=c.qkv_bias)
         self.k_proj = nn.Linear(c.hidden_size, self.n_kv * self.head_dim, bias=c.qkv_bias)
@@ -89,7 +89,7 @@ class Attention(nn.Module):
         self.qkv = FusedLinear([self.q_proj, self.k_proj, self.v_proj])
         self.out = FusedLinear([self.o_proj])
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, step: _Step | None) -> Tensor:
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, step: _AnyStep | None) -> Tensor:
         B, T, _ = x.shape
         nh, nkv = self.n_heads, self.n_kv
         qkv = self.qkv(x).view(B, T, nh + 2 * nkv, self.head_dim)
@@ -135,7 +135,7 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, step: _Step | None) -> Tensor:
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, step: _AnyStep | None) -> Tensor:
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, step)
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -146,6 +146,14 @@ class Backbone(nn.Module):
         self.embed_tokens = nn.Embedding(c.vocab_size, c.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(c, i) for i in range(c.num_hidden_layers))
         self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+
+    def decoder_layers(self) -> list[DecoderLayer]:
+        """``layers`` typed: a ``ModuleList`` yields plain ``nn.Module``s."""
+        out = []
+        for layer in self.layers:
+            assert isinstance(layer, DecoderLayer)
+            out.append(layer)
+        return out
 
 
 class _Step:
@@ -170,7 +178,9 @@ class _Step:
         self.single = B == 1 and dense
         self.first = slots[0]
         lo, span = min(slots), max(slots) - min(slots) + 1
-        self.rows = self.spread = None
+        self.rows: Tensor | None = None
+        self.spread: Tensor | None = None
+        self.pos_slice: tuple[int, int] | None
         if slots == list(range(slots[0], slots[0] + B)):
             pass  # a view of consecutive slots
         elif span <= B + B // 4:
@@ -223,6 +233,7 @@ class _Step:
     def write_read(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         kc, vc = self.cache.k[layer], self.cache.v[layer]
         if self.single:
+            assert self.pos_slice is not None  # set for every single-sequence step
             a, b = self.pos_slice
             kc[self.first, a:b] = k[0]
             vc[self.first, a:b] = v[0]
@@ -274,7 +285,14 @@ class _StaticStep:
         return kc[: self.B, : self.n_keys], vc[: self.B, : self.n_keys]
 
 
+_AnyStep = _Step | _StaticStep
+
+
 class Transformer(nn.Module):
+    # buffers (``register_buffer``): typed here, ``nn.Module.__getattr__`` returns a union
+    vocab_ids: Tensor | None
+    inv_freq: Tensor
+
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = config
@@ -293,7 +311,7 @@ class Transformer(nn.Module):
 
     def fused_linears(self) -> list[FusedLinear]:
         out = [self.head]
-        for layer in self.model.layers:
+        for layer in self.model.decoder_layers():
             out += [layer.self_attn.qkv, layer.self_attn.out, layer.mlp.gate_up, layer.mlp.down]
         return out
 
@@ -353,13 +371,14 @@ class Transformer(nn.Module):
         else:
             if slots is None:
                 raise ValueError("a cache needs slots")
-            slots = slots.tolist() if isinstance(slots, Tensor) else list(slots)
+            slot_list = slots.tolist() if isinstance(slots, Tensor) else list(slots)
             if n_valid is None:
-                n_valid = [T] * B
+                n_list = [T] * B
             else:
-                n_valid = n_valid.tolist() if isinstance(n_valid, Tensor) else list(n_valid)
-            step = _Step(cache, slots, n_valid, T)
+                n_list = n_valid.tolist() if isinstance(n_valid, Tensor) else list(n_valid)
+            step = _Step(cache, slot_list, n_list, T)
             if step.single:
+                assert step.pos_slice is not None
                 a, b = step.pos_slice
                 cos, sin = self.rope_tables(b, x.dtype)
                 cos, sin = cos[None, a:b], sin[None, a:b]
@@ -372,7 +391,7 @@ class Transformer(nn.Module):
         else:
             x = self._layers(x, cos, sin, step)
         if cache is not None:
-            cache.advance(slots, n_valid)
+            cache.advance(slot_list, n_list)
         return self.model.norm(x)
 
     def static_logits(
@@ -393,7 +412,7 @@ class Transformer(nn.Module):
             x = self._layers(x, cos, sin, step)
         return self.logits(self.model.norm(x))
 
-    def _layers(self, x: Tensor, cos: Tensor, sin: Tensor, step: _Step | None) -> Tensor:
+    def _layers(self, x: Tensor, cos: Tensor, sin: Tensor, step: _AnyStep | None) -> Tensor:
         for layer in self.model.layers:
             x = layer(x, cos, sin, step)
         return x

@@ -14,6 +14,7 @@ Its event stream is `api_stream.py`'s.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import django_filters
 from django.core.handlers.asgi import ASGIRequest
@@ -38,11 +39,17 @@ from inference.serving.request_rules import (
     stop_list,
 )
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
+    from fleet.nodes.models import Node
+    from fleet.pipelines.models import Pipeline
+
 log = logging.getLogger(__name__)
 
 
 # submission's parameter names -> this API's field names
-FIELD_OF_PARAM = {"model": "pipeline"}
+FIELD_OF_PARAM: dict[str | None, str | None] = {"model": "pipeline"}
 
 
 class NoCapacityError(APIException):
@@ -121,11 +128,19 @@ class GenerationCreateSerializer(serializers.Serializer):
 
 
 class GenerationSerializer(serializers.ModelSerializer):
-    pipeline = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    pipeline: serializers.SlugRelatedField[Pipeline] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
     # null until routed (drafter, verifier) or after the user is deleted
-    user = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
-    drafter = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
-    verifier = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
+    user: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=True
+    )
+    drafter: serializers.SlugRelatedField[Node] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True, allow_null=True
+    )
+    verifier: serializers.SlugRelatedField[Node] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True, allow_null=True
+    )
     prompt_token_count = serializers.SerializerMethodField()
     output_token_count = serializers.SerializerMethodField()
     timings = serializers.SerializerMethodField()

@@ -29,10 +29,7 @@ def lockstep_greedy(model: Transformer, prompts: Tensor, n_new: int) -> Tensor:
     B, P = prompts.shape
     total = P + n_new
     dtype = model.lm_head.weight.dtype
-    ks = [
-        torch.empty(B, c.num_key_value_heads, total, c.head_dim, dtype=dtype)
-        for _ in model.model.layers
-    ]
+    ks = [torch.empty(B, c.kv_heads, total, c.head_size, dtype=dtype) for _ in model.model.layers]
     vs = [torch.empty_like(k) for k in ks]
     out = torch.empty(B, total, dtype=torch.long)
     out[:, :P] = prompts
@@ -42,7 +39,7 @@ def lockstep_greedy(model: Transformer, prompts: Tensor, n_new: int) -> Tensor:
         pos = torch.arange(start, start + T).expand(B, T)
         cos, sin = _rope(model, pos, dtype)
         x = model.model.embed_tokens(x_tok)
-        for i, layer in enumerate(model.model.layers):
+        for i, layer in enumerate(model.model.decoder_layers()):
             a = layer.self_attn
             h = layer.input_layernorm(x)
             q = a.q_proj(h).view(B, T, a.n_heads, a.head_dim)

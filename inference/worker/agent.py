@@ -15,11 +15,15 @@ import os
 import platform
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 
 from fleet.env import env_float
 from inference.worker.power import PowerMeter
+
+if TYPE_CHECKING:
+    import httpx
 
 logger = logging.getLogger(__name__)
 
@@ -162,7 +166,8 @@ class Agent:
         self.stopping = threading.Event()
         self.last_reply: dict | None = None
         self._publish_warned = False
-        self._http = None  # one client for the process: a new one per beat costs a TLS context
+        # one client for the process: a new one per beat costs a TLS context
+        self._http: httpx.Client | None = None
 
     # -- figures ----------------------------------------------------------------------------------
     def sample(self) -> dict:

@@ -77,7 +77,8 @@ class BaseLoop:
         control_key: str = "",
         peers=(),
     ):
-        self.node_id, self.pipeline_id = node_id, pipeline_id
+        self.node_id = node_id
+        self.pipeline_id: int | None = pipeline_id  # a pushed config may name none
         self.key = key  # this node's signing key (from the control plane, see boot.py)
         self.control_key = control_key  # checks the control plane's Celery messages
         # Nodes whose outboxes to this one are read: the pipeline's (session, config pushes)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 
 
 class LoopStats:
@@ -46,7 +47,9 @@ class LoopStats:
             self.tokens_generated += n
             self.busy_s += seconds
 
-    def record_latencies(self, *, itl_s: list[float] = (), ttft_s: list[float] = ()) -> None:
+    def record_latencies(
+        self, *, itl_s: Sequence[float] = (), ttft_s: Sequence[float] = ()
+    ) -> None:
         with self.lock:
             if len(self.itl_s) < 100_000:
                 self.itl_s.extend(itl_s)

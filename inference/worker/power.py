@@ -79,20 +79,19 @@ class PowerMeter:
     """Picks the best source once: NVML (when `gpu`), then RAPL, then the model."""
 
     def __init__(self, *, idle_w: float, tdp_w: float, gpu: bool = False, gpu_index: int = 0):
-        self.source = None
+        source: _Nvml | _Rapl | None = None
         if gpu:
             try:
-                self.source = _Nvml(gpu_index)
+                source = _Nvml(gpu_index)
             except Exception:
-                self.source = None
-        if self.source is None:
+                source = None
+        if source is None:
             try:
-                self.source = _Rapl()
+                source = _Rapl()
             except (OSError, ValueError):
-                self.source = None
+                source = None
         self.fallback = _Modeled(idle_w, tdp_w)
-        if self.source is None:
-            self.source = self.fallback
+        self.source: _Nvml | _Rapl | _Modeled = self.fallback if source is None else source
 
     def read(self, utilization: float) -> PowerSample:
         try:

@@ -98,7 +98,8 @@ def serving(pipeline):
 def script(text: str, *, finish_reason: str = "stop", prompt_tokens: int = 0, chunk: int = 3):
     """The events a worker would write for `text` (byte-level: one token per byte)."""
     data = text.encode()
-    events, n = [], 0
+    events: list[wire.Event] = []
+    n = 0
     for i in range(0, len(data), chunk):
         piece = data[i : i + chunk]
         n += len(piece)

@@ -124,9 +124,9 @@ def test_errors_raise_the_clients_exceptions(serving, asgi_server, client):
             model="demo", messages=[{"role": "user", "content": "x"}], n=17
         )
     assert caught.value.param == "n"
-    with pytest.raises(openai.NotFoundError) as caught:
+    with pytest.raises(openai.NotFoundError) as not_found:
         client.completions.create(model="nope", prompt="x")
-    assert caught.value.code == "model_not_found"
+    assert not_found.value.code == "model_not_found"
 
 
 def test_a_client_that_leaves_mid_stream_cancels_its_generation(serving, asgi_server, key, worker):

@@ -176,6 +176,7 @@ def _client_leaves(url, key, pipeline, nodes, workers):
         assert r.status_code == 200
         assert next(r.iter_lines()).startswith("data: ")
     generation = Generation.objects.filter(pipeline=pipeline).order_by("-created_at").first()
+    assert generation is not None
     deadline = time.monotonic() + 20
     while (g := Generation.objects.get(pk=generation.pk)).state != "cancelled":
         done_at = g.finished_at

@@ -58,6 +58,7 @@ def test_fit_recovers_the_curves():
     t = planner.Timings()
     t.accepted.extend([(3, 3)] * 7 + [(3, 0)] * 3)
     m, prefill, fits = planner.fit_model(results, t, 3)
+    assert m.draft_curve is not None and m.verify_curve is not None
     assert m.draft_curve.a == pytest.approx(0.001, rel=1e-6) and m.draft_curve.x == pytest.approx(
         0.0001, rel=1e-6
     )

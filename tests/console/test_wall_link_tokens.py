@@ -56,6 +56,7 @@ def test_the_links_page_sets_an_expiry(admin):
     carol.force_login(admin)
     assert carol.post("/wall/links/", {"name": "NOC", "expires": "1d"}).status_code == 200
     link = WallLink.objects.get(name="NOC")
+    assert link.expires_at is not None
     assert timedelta(hours=23) < link.expires_at - timezone.now() <= timedelta(days=1)
     assert carol.post("/wall/links/", {"name": "x", "expires": "1y"}).status_code == 200
     assert not WallLink.objects.filter(name="x").exists()  # refused with a message

@@ -7,6 +7,7 @@ import torch
 from inference.engine.engines import DraftEngine, VerifyEngine
 from inference.engine.generator import SpeculativeGenerator, generate
 from inference.engine.kv_cache import KVCache
+from inference.engine.messages import SeqId
 from inference.engine.sampling import SamplingParams
 from tests.engine.helpers import tiny_model
 
@@ -98,7 +99,7 @@ def test_graphs_greedy_equal_eager_and_spec_equals_plain_with_k_changes():
     t, d = tiny_model(0, std=0.3).to("cuda"), tiny_model(1, std=0.3).to("cuda")
     greedy = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
     plain, _ = _spec(t, None, False, False, 0, PROMPTS, greedy)
-    ks = {}
+    ks: dict[SeqId, int] = {}
 
     def k_of(sid):  # k changes every round: 0..4
         ks[sid] = ks.get(sid, 0) + 1

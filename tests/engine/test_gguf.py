@@ -101,6 +101,7 @@ def test_tiny_gguf_roundtrip_and_convert(tmp_path):
     assert tok.decode(tok.encode("ab a")) == "ab a" and tok.eos_id == 2 and tok.bos_id == 1
     out = convert_gguf(tmp_path / "tiny.gguf", tmp_path / "hf")
     again, tok2 = load_checkpoint(out)
+    assert tok2 is not None
     assert torch.equal(again(x), loaded(x)) and tok2.hash == tok.hash
     hf = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
     assert torch.allclose(hf(x).logits, loaded(x), atol=1e-4)
@@ -119,6 +120,7 @@ def test_smollm2_gguf_converts_and_matches_transformers(tmp_path):
 
     out = convert_gguf(path, tmp_path / "smollm2")
     model, tok = load_checkpoint(out)
+    assert tok is not None
     assert model.config.tie_word_embeddings and model.config.num_key_value_heads == 3
     prompt = tok.encode(
         tok.chat_prompt([{"role": "user", "content": "What is the capital of France?"}])
@@ -132,7 +134,7 @@ def test_smollm2_gguf_converts_and_matches_transformers(tmp_path):
         [prompt],
         SamplingParams(temperature=0, max_tokens=24),
     )[0]
-    assert "Paris" in res.text and res.finish_reason == "stop", res.text
+    assert res.text is not None and "Paris" in res.text and res.finish_reason == "stop", res.text
     hf = transformers.LlamaForCausalLM.from_pretrained(out, torch_dtype=torch.float32).eval()
     x = torch.tensor([prompt])
     assert (model(x) - hf(x).logits).abs().max() <= 1e-3

@@ -1,5 +1,7 @@
 """Our loader + Transformer against transformers' reference models (fp32)."""
 
+from typing import Any
+
 import pytest
 import torch
 
@@ -27,7 +29,7 @@ LLAMA3 = {
     "high_freq_factor": 4.0,
     "original_max_position_embeddings": 16,
 }
-CASES = {
+CASES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "llama": ("LlamaConfig", "LlamaForCausalLM", {}),
     "llama-tied-theta": (
         "LlamaConfig",
@@ -85,7 +87,7 @@ def test_logits_match_transformers(tmp_path, case):
         T = int(n.max())
         toks = torch.stack(
             [
-                torch.nn.functional.pad(x[b, lens[b] : lens[b] + n[b]], (0, T - n[b]))
+                torch.nn.functional.pad(x[b, lens[b] : lens[b] + n[b]], (0, T - int(n[b])))
                 for b in range(3)
             ]
         )
@@ -110,6 +112,7 @@ def test_save_checkpoint_loads_in_transformers(tmp_path, tokenizer):
         x = torch.randint(0, 64, (2, 20))
         assert (model(x) - hf(x).logits).abs().max() <= 1e-4
         again, tok = load_checkpoint(tmp_path / str(tie))
+        assert tok is not None
         assert torch.equal(again(x), model(x))
         assert tok.hash == tokenizer.hash and tok.eos_id == 1
 

@@ -31,7 +31,7 @@ def test_loaded_model_holds_one_copy_of_every_weight(tmp_path, dtype):
     mem = weights_memory(model)
     assert mem["ratio"] <= 1.05, mem
     # the fused q/k/v weight is the parameters' own memory
-    attn = model.model.layers[0].self_attn
+    attn = model.model.decoder_layers()[0].self_attn
     assert attn.qkv.weight.data_ptr() == attn.q_proj.weight.data_ptr()
     assert (
         attn.qkv.weight.untyped_storage().data_ptr()
@@ -65,7 +65,7 @@ def test_training_updates_reach_the_fused_weights():
     m.train()
     with torch.enable_grad():  # a worker loader earlier in the suite turns grad off process-wide
         m(x).logsumexp(-1).sum().backward()
-    assert m.model.layers[0].self_attn.k_proj.weight.grad is not None
+    assert m.model.decoder_layers()[0].self_attn.k_proj.weight.grad is not None
     opt.step()
     m.eval()
     with torch.no_grad():

@@ -33,7 +33,7 @@ def test_seeded_sampling_is_exact_and_reproducible():
 def test_messages_json_roundtrip():
     q = to_wire(torch.softmax(torch.randn(3, 10), -1))
     d = Draft.from_json(Draft("s1", [1, 2, 3], q).to_json())
-    assert d.tokens == [1, 2, 3] and torch.equal(d.probs, q)
+    assert d.tokens == [1, 2, 3] and d.probs is not None and torch.equal(d.probs, q)
     assert torch.allclose(draft_q(q).sum(-1), torch.ones(3))
     assert Draft.from_json(Draft(7, []).to_json()).probs is None
     r = VerifyResult("s", [4, 5], 1, 2, True, "stop", "\n")

@@ -157,7 +157,8 @@ def test_stops_inside_a_draft(target, tokenizer):
         [prompt], params
     )[0]
     assert spec.token_ids == plain.token_ids and len(spec.token_ids) <= i + 1
-    assert (spec.finish_reason, spec.stop_reason) == ("stop", stop) and stop in spec.text
+    assert (spec.finish_reason, spec.stop_reason) == ("stop", stop)
+    assert spec.text is not None and stop in spec.text
 
 
 def test_edge_cases(target, draft_model, tokenizer):

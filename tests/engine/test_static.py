@@ -8,6 +8,7 @@ from inference.engine.engines import DraftEngine, VerifyEngine
 from inference.engine.generator import SpeculativeGenerator, generate
 from inference.engine.graphs import StaticRunner, next_bucket
 from inference.engine.kv_cache import KVCache
+from inference.engine.messages import SeqId
 from inference.engine.sampling import SamplingParams
 from tests.engine.helpers import tiny_model
 
@@ -72,7 +73,7 @@ def test_k_changes_and_batch_shrinks_and_grows():
         SamplingParams(temperature=0, max_tokens=4 + 5 * (i % 4), ignore_eos=True)
         for i in range(len(prompts))
     ]
-    ks = {}
+    ks: dict[SeqId, int] = {}
 
     def k_of(sid):
         ks[sid] = ks.get(sid, 0) + 1

@@ -105,7 +105,8 @@ def test_a_child_that_dies_is_restarted_with_growing_backoff(tmp_path):
 
 def test_it_gives_up_after_n_crashes_in_the_window_and_the_rest_keeps_running(tmp_path, settings):
     settings.DATA_DIR = tmp_path
-    starts, logged = tmp_path / "starts", []
+    starts = tmp_path / "starts"
+    logged: list[str] = []
     supervisor = Supervisor(
         env=dict(os.environ),
         log=logged.append,

@@ -4,6 +4,7 @@ limit, integers past 64 bits, non-finite numbers. Plus the list endpoints' page 
 error pages on API paths, and stored text that cannot be encoded."""
 
 import json
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -122,7 +123,7 @@ def test_a_stored_lone_surrogate_does_not_break_the_generations_list(world, as_p
 def test_list_limits_are_capped_and_huge_offsets_refused(call, world, as_persona, path):
     client = Client(raise_request_exception=False)
     _key, plain = api_key_create(user=world["generation"].user, name="lists")
-    auth = {"HTTP_AUTHORIZATION": f"Bearer {plain}"}
+    auth: dict[str, Any] = {"HTTP_AUTHORIZATION": f"Bearer {plain}"}
     url = concrete_path(path, world)
     for limit in (2**64, 10**30, MAX_PAGE_SIZE + 1):
         response = client.get(url, {"limit": limit}, **auth)

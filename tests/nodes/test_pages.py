@@ -72,7 +72,9 @@ def test_admin_registers_a_node_and_sees_its_token_once(admin):
     assert response.status_code == 200
     assert "no-store" in response["Cache-Control"]
     html = response.content.decode()
-    token = re.search(r"tdn_[0-9a-f]{8}_[A-Za-z0-9_-]+", html).group(0)
+    found = re.search(r"tdn_[0-9a-f]{8}_[A-Za-z0-9_-]+", html)
+    assert found is not None, html
+    token = found.group(0)
     node = Node.objects.get(name="draft-groq-01")
     assert node_for_token(token) == node
     assert node.labels == {"zone": "eu-west", "rack": "r3"}

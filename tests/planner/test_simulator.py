@@ -58,15 +58,20 @@ def test_small_fleet_sends_signed_samples_to_the_real_stream():
 def test_simulator_follows_rebalancing():
     alphas = simulator.setup_fleet(nodes=8, pipelines=1)
     sent = []
-    sim = simulator.Simulator(
-        alphas, tick_s=0.05, publish=lambda items: sent.append(items) or len(items)
-    )
+
+    def publish(items):
+        sent.append(items)
+        return len(items)
+
+    sim = simulator.Simulator(alphas, tick_s=0.05, publish=publish)
     sim.load()
     pipeline = Pipeline.objects.get(simulated=True)
     pipeline_set_k_policy(
         pipeline_id=pipeline.pk, actor="planner", k_policy={"mode": "fixed", "k": 0}
     )
-    drained = Placement.objects.filter(pipeline=pipeline, role="verify").first().node
+    placement = Placement.objects.filter(pipeline=pipeline, role="verify").first()
+    assert placement is not None
+    drained = placement.node
     node_drain(node_id=drained.pk, actor="planner")
     assert sim.changed()
     sim.step()

@@ -5,6 +5,7 @@ all with output identical to an undisturbed run (greedy); nothing hangs."""
 from __future__ import annotations
 
 import time
+import uuid
 
 import pytest
 
@@ -54,7 +55,7 @@ def test_killed_verifier_and_drafter_reroute_with_identical_output(live_server, 
         moved = {g.pk for g in gens if g.verifier_id == victims[0].pk}
         # The control worker's watchdog, run here: marks them lost, re-routes their work.
         deadline = time.monotonic() + 120
-        ended = {}
+        ended: dict[uuid.UUID, list[dict]] = {}
         while len(ended) < len(gens):
             assert time.monotonic() < deadline, f"hang: {len(ended)}/{len(gens)}\n{workers.logs()}"
             services.generations_watchdog()

@@ -66,7 +66,7 @@ def _run(pipeline, nodes, wired, kind):
     for node, role, token in nodes:
         key = token_key(node.pk, token)
         if role == "verify":
-            loop = VerifyLoop(
+            loop: VerifyLoop | DraftLoop = VerifyLoop(
                 engine=load_verify_engine(pipeline.target_model),
                 node_id=node.pk,
                 pipeline_id=pipeline.pk,
@@ -240,8 +240,8 @@ def test_new_sequences_join_the_running_draft_group(transactional_db, tmp_path, 
         time.sleep(0.05)
     streamed = wait_done([g.pk for g in gens], timeout=60)
     tm, tok = load_checkpoint(target)
-    want = SpeculativeGenerator(VerifyEngine(tm, tok, n_slots=6), DraftEngine.ngram(), k=4)
-    want = want.generate(ps, SamplingParams(temperature=0, max_tokens=60, ignore_eos=True))
+    gen = SpeculativeGenerator(VerifyEngine(tm, tok, n_slots=6), DraftEngine.ngram(), k=4)
+    want = gen.generate(ps, SamplingParams(temperature=0, max_tokens=60, ignore_eos=True))
     assert [tokens_of(streamed[str(g.pk)]) for g in gens] == [o.token_ids for o in want]
     joined = [s["gen"] for kind, p in seen if kind == "results" for s in p.get("seqs", [])]
     alone = [s["gen"] for kind, p in seen if kind == "draft_start" for s in p["seqs"]]

@@ -63,7 +63,7 @@ def _pipeline(kind="model", drafters=1, verifiers=2):
     p = Pipeline.objects.create(
         name=f"p-{kind}", target_model="t", draft_model="d", drafter_kind=kind
     )
-    nodes = {"draft": [], "verify": []}
+    nodes: dict[str, list[Node]] = {"draft": [], "verify": []}
     for role, n in (("draft", drafters), ("verify", verifiers)):
         for i in range(n):
             node = Node.objects.create(

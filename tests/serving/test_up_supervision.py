@@ -118,10 +118,12 @@ class Health(threading.Thread):
 
     def __init__(self, base: str):
         super().__init__(daemon=True)
-        self.base, self.stop, self.bad, self.polls = base, threading.Event(), [], 0
+        self.base, self.stop, self.polls = base, threading.Event(), 0
+        self.bad: list[int | str] = []
 
     def run(self):
         while not self.stop.is_set():
+            status: int | str
             try:
                 status = httpx.get(f"{self.base}/healthz", timeout=3).status_code
             except httpx.HTTPError as exc:
@@ -234,6 +236,7 @@ def test_up_survives_killed_node_workers(tmp_path):
         _wait(lambda: all(len(s.lines) >= 3 for s in streams), 120, "4 streams flowing", log)
         assert api.post(f"/api/v1/nodes/{info['node']}/return").status_code == 200
         victim = _pid_of(log, "node-demo-verify")
+        assert victim is not None, "no node-demo-verify in the log"
         os.killpg(victim, signal.SIGKILL)
         killed_at = time.monotonic()
         _wait(
@@ -269,7 +272,9 @@ def test_up_survives_killed_node_workers(tmp_path):
         for s in streams:
             s.start()
         _wait(lambda: all(len(s.lines) >= 3 for s in streams), 120, "2 streams flowing", log)
-        os.killpg(_pid_of(log, "node-demo-draft"), signal.SIGKILL)
+        drafter = _pid_of(log, "node-demo-draft")
+        assert drafter is not None, "no node-demo-draft in the log"
+        os.killpg(drafter, signal.SIGKILL)
         for s, want in zip(streams, undisturbed, strict=False):
             s.join(180)
             assert not s.is_alive() and s.failure is None, (s.failure, log.read_text())

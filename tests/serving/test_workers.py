@@ -60,6 +60,13 @@ def inprocess_sampled(target, draft, ps, max_tokens: int) -> list[list[int]]:
     return [o.token_ids for o in gen.generate(ps, params)]
 
 
+def inspected(node_id: int) -> dict:
+    """``node_inspect`` of a node whose worker has reported."""
+    got = node_inspect(node_id)
+    assert got is not None, f"node {node_id} has not reported"
+    return got
+
+
 def submit(pipeline, p, max_tokens, **extra):
     return services.generation_submit(
         pipeline=pipeline,
@@ -109,7 +116,7 @@ def test_greedy_through_workers_equals_inprocess_and_verifier_batches(
             g.refresh_from_db()
             assert g.output_tokens == want and g.drafter_id == drafter.pk
             assert g.first_token_at and g.itl_ms["n"] > 0 and g.counters["num_drafts"] > 0
-        stats = node_inspect(verifier.pk)["stats"]
+        stats = inspected(verifier.pk)["stats"]
         assert stats["mean_batch"] > 1, stats  # many sequences verified per forward pass
         assert max(int(b) for b in stats["batch_size_hist"]) >= 8, stats
 
@@ -119,11 +126,11 @@ def test_greedy_through_workers_equals_inprocess_and_verifier_batches(
         while not all(tokens_of(e for _, e in stream_of(g.pk)) for g in long):
             assert time.monotonic() < deadline, workers.logs()
             time.sleep(0.1)
-        assert node_inspect(verifier.pk)["slots_used"] == 4
+        assert inspected(verifier.pk)["slots_used"] == 4
         for g in long:
             services.generation_cancel(generation=g)
         deadline = time.monotonic() + 10
-        while any(node_inspect(n.pk)["slots_used"] for n in (drafter, verifier)):
+        while any(inspected(n.pk)["slots_used"] for n in (drafter, verifier)):
             assert time.monotonic() < deadline, (
                 node_inspect(drafter.pk),
                 node_inspect(verifier.pk),
@@ -138,8 +145,8 @@ def test_greedy_through_workers_equals_inprocess_and_verifier_batches(
             for i, p in enumerate(ps[:3])
         ]
         streamed = wait_done([g.pk for g in sampled], workers=workers)
-        want = inprocess_sampled(target, draft, ps[:3], 16)
-        assert [tokens_of(streamed[str(g.pk)]) for g in sampled] == want
+        want_sampled = inprocess_sampled(target, draft, ps[:3], 16)
+        assert [tokens_of(streamed[str(g.pk)]) for g in sampled] == want_sampled
 
         # A pipeline change reaches the running workers between rounds, without restart:
         # verify one sequence at a time, draft k=2; output stays the greedy output.
@@ -148,12 +155,12 @@ def test_greedy_through_workers_equals_inprocess_and_verifier_batches(
         )
         pipeline.refresh_from_db()
         services.push_pipeline_config(pipeline)
-        before = node_inspect(verifier.pk)["stats"]["batch_size_hist"]
+        before = inspected(verifier.pk)["stats"]["batch_size_hist"]
         gens = [submit(pipeline, p, 12) for p in ps[:3]]
         streamed = wait_done([g.pk for g in gens], workers=workers)
         expected = inprocess(target, draft, ps[:3], max_tokens=12, k=2)
         assert [tokens_of(streamed[str(g.pk)]) for g in gens] == expected
-        after = node_inspect(verifier.pk)["stats"]["batch_size_hist"]
+        after = inspected(verifier.pk)["stats"]["batch_size_hist"]
         assert {b for b in after if after[b] != before.get(b, 0)} == {"1"}
 
         # the node heartbeats over HTTP (liveness and device; figures travel as signed samples)

@@ -5,6 +5,7 @@ import time
 import pytest
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from fleet.telemetry.aggregator import Aggregator
 from fleet.telemetry.ingest import client, encode
@@ -54,8 +55,8 @@ def fleet_of_three():
     _feed([v1, v2, s], [d])
 
 
-def _samples(text: str) -> dict:
-    out = {}
+def _samples(text: str) -> dict[str, list[Sample]]:
+    out: dict[str, list[Sample]] = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
             out.setdefault(s.name, []).append(s)

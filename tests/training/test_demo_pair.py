@@ -40,6 +40,7 @@ def test_tiny_pair_loads_in_our_engine_with_one_tokenizer(tiny_pair):
     out, _ = tiny_pair
     target, ttok = load_checkpoint(out / TARGET_NAME)
     draft, dtok = load_checkpoint(out / DRAFT_NAME)
+    assert ttok is not None and dtok is not None
     assert ttok.hash == dtok.hash
     assert (ttok.bos_id, ttok.eos_id) == (bt.BOS_ID, bt.EOS_ID)
     assert ttok.encode("def f():") == list(b"def f():")
