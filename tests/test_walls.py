@@ -303,18 +303,23 @@ def test_serving_is_the_web_side_only():
     assert crossings(source_files(*NODE_SIDE), ("inference.serving",)) == []
 
 
-AGGREGATION_CORE = "fleet/telemetry/aggregation.py"
+AGGREGATION_CORE = (
+    "fleet/telemetry/aggregation.py",
+    "fleet/telemetry/rollup_buckets.py",
+    "fleet/telemetry/node_live.py",
+)
 
 
 def test_the_aggregators_core_is_synchronous_and_pure():
     """Parsing, windows, message building and rollup figures: no event loop, Redis, channels
     or database, so it is tested with plain function calls."""
-    require(AGGREGATION_CORE, why="the aggregator's synchronous core (the runner keeps the loop)")
-    path = ROOT / AGGREGATION_CORE
+    paths = source_files(*AGGREGATION_CORE)
+    assert len(paths) == len(AGGREGATION_CORE)
     forbidden = ("asyncio", "redis", "channels", "django.db", "fleet.nodes", "fleet.pipelines")
-    assert crossings([path], forbidden) == []
-    tree = ast.parse(path.read_text())
-    assert not [n.name for n in ast.walk(tree) if isinstance(n, ast.AsyncFunctionDef)]
+    assert crossings(paths, forbidden) == []
+    for path in paths:
+        tree = ast.parse(path.read_text())
+        assert not [n.name for n in ast.walk(tree) if isinstance(n, ast.AsyncFunctionDef)]
 
 
 @pytest.mark.parametrize("benchmark", ["engine", "serving", "planner"])

@@ -35,15 +35,11 @@ from asgiref.sync import sync_to_async
 from fleet.logs import Throttled
 from fleet.redis_clients import REFRESH_LEADER_LOCK
 from fleet.telemetry import feed, notices, partials, payloads, shards
-from fleet.telemetry.aggregation import (
-    ROLLUP_LONG_S,
-    ROLLUP_S,
-    Aggregation,
-    covered_span,
-    scope_rollups,
-)
+from fleet.telemetry.aggregation import Aggregation
 from fleet.telemetry.ingest import SHARDS, STREAMS
+from fleet.telemetry.merge import ROLLUP_S
 from fleet.telemetry.registry import Registry, load_nodes, load_registry
+from fleet.telemetry.rollup_buckets import ROLLUP_LONG_S, covered_span, scope_rollups
 from fleet.telemetry.snapshot import INTEREST_KEY, LIVE_KEY
 
 log = logging.getLogger(__name__)

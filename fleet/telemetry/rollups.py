@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 
 from django.utils import timezone
 
-from fleet.telemetry.aggregation import FLEET_REAL, FLEET_SIMULATED
+from fleet.telemetry.merge import FLEET_REAL, FLEET_SIMULATED
 from fleet.telemetry.models import RETENTION, Rollup
 
 # Figures a chart may ask for (keys of fleet.telemetry.accumulators.derive()).
