@@ -120,7 +120,15 @@ def bench(*, models: Path, quick: bool, log=print) -> dict:
     try:
         stack.spawn(
             "web",
-            [sys.executable, "-m", "fleet.web_serve", "--host", "127.0.0.1", "--port", str(port)],
+            [
+                sys.executable,
+                "-m",
+                "fleet.runtime.web_serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ],
         )
         stack.spawn("ledger", [sys.executable, "manage.py", "run_ledger"])
         stack.spawn("aggregator", [sys.executable, "manage.py", "run_aggregator"])

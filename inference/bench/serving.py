@@ -3,7 +3,7 @@ machine, against the same prompts through the engine in one process.
 
 The bench runs in a throw-away data directory with its own embedded Redis and SQLite
 database (`run()` re-executes the command there), starts the web server
-(`fleet.web_serve`), the ledger consumer and two `run_node` workers (one drafter, one
+(`fleet.runtime.web_serve`), the ledger consumer and two `run_node` workers (one drafter, one
 verifier; no database credentials) as subprocesses, and drives clients with httpx:
 POST /api/v1/generations, then GET .../stream (SSE) for the token events. Per N it reports
 tokens/s, ITL p50/p99 (per token: the gap between token events split over their tokens),
@@ -144,7 +144,7 @@ def bench(
                     sys.executable,
                     *(["-m", "cProfile", "-o", profile] if profile else []),
                     "-m",
-                    "fleet.web_serve",
+                    "fleet.runtime.web_serve",
                     "--host",
                     "127.0.0.1",
                     "--port",
@@ -152,7 +152,7 @@ def bench(
                 ],
             )
         else:  # as `manage.py up` runs them: web servers accepting on one socket
-            from fleet.launcher import adopt_socket_argv
+            from fleet.runtime.children import adopt_socket_argv
 
             listener = socket.create_server(("127.0.0.1", port), backlog=1024)
             listener.set_inheritable(True)

@@ -191,8 +191,7 @@ def test_the_leaders_rollups_through_redis_match_the_in_process_ones(
 
     import redis.asyncio as aioredis
 
-    from fleet.telemetry import rollup_writer
-    from fleet.telemetry import partials
+    from fleet.telemetry import partials, rollup_writer
 
     (v, vt), (d, dt) = fleet_setup["v"], fleet_setup["d"]
     base = 1_700_000_100.0  # a multiple of 10 and 300 s
