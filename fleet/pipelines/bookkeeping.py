@@ -1,6 +1,7 @@
 """What every change to a pipeline does, whichever service makes it: lock the row(s), check
 the caller's version, bump it with a PipelineRevision, write an AuditEvent (who, before,
-after, why), and push the committed configuration to the running workers after commit.
+after, why), and push the committed configuration to the running workers after commit
+(`outbox`: recorded with the change, then `signals.config_committed`).
 
 `actor` is a user, or a label string for automation (the planner acts as "planner").
 """
@@ -21,16 +22,6 @@ from fleet.pipelines.rules import StaleVersion
 logger = logging.getLogger(__name__)
 
 # --- push to workers ---------------------------------------------------------------------------
-
-
-def push_config(pipeline_id: int, node_ids: list[int] | None = None) -> None:
-    """Sends the committed configuration to the running workers (through the data plane's
-    `inference.services.push_pipeline_config`): to every placed node, or to `node_ids`."""
-    from inference.services import push_pipeline_config  # the data plane imports this app
-
-    pipeline = Pipeline.objects.filter(pk=pipeline_id).first()
-    if pipeline is not None:
-        push_pipeline_config(pipeline, node_ids=node_ids)
 
 
 def push_after_commit(*pipeline_ids: int) -> None:
