@@ -42,7 +42,9 @@ import json
 import math
 from typing import Any
 
-STREAM = "tandem:ledger"
+from fleet.nodes.redis_keys import LEDGER_STREAM
+
+STREAM = LEDGER_STREAM  # named with the other node keys, for the nodes' ACL
 STREAM_MAXLEN = 200_000  # entries are acknowledged within milliseconds; this is a backstop
 KINDS = frozenset({"claim", "first_token", "finish"})
 _CONTEXT = b"tandem/ledger/v1\0"
