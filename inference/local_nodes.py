@@ -1,4 +1,4 @@
-"""The rows and tokens of this machine's local pipelines (`inference.worker.local`), written
+"""The rows and tokens of this machine's local pipelines (`inference.local_pipelines`), written
 by the control plane -- `manage.py local_nodes`, which `up` runs after its migrations and
 compose's migrate service runs once -- because node workers hold no database credentials.
 
@@ -19,7 +19,7 @@ from fleet.nodes.models import HardwareProfile, Node
 from fleet.nodes.services import node_register, node_token_rotate
 from fleet.pipelines.models import Pipeline, Placement
 from fleet.pipelines.services import pipeline_create
-from inference.worker.local import PIPELINES, credentials_path, node_name
+from inference.local_pipelines import PIPELINES, credentials_path, node_name
 
 ROLES = ("verify", "draft")
 

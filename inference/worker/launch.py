@@ -9,7 +9,7 @@ import sys
 
 from fleet.env import env_bool, env_is_set
 from fleet.runtime.children import ChildSpec
-from inference.worker.local import PIPELINES, default_pipelines, node_name
+from inference.local_pipelines import PIPELINES, default_pipelines, node_name
 
 
 def _unset(defaults: dict[str, str]) -> dict[str, str]:
