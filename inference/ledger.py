@@ -164,7 +164,7 @@ class Ledger:
             return set_aside(f"malformed entry: {exc}", "malformed")
         try:
             report = node_reports.verified(node_id, body, signature, self.keys.of(node_id))
-        except node_reports.BadReport as exc:
+        except report_checks.BadReport as exc:
             self._refuse_finish(node_id, body, str(exc))
             return set_aside(str(exc))
         if report is None:
@@ -175,7 +175,7 @@ class Ledger:
         try:
             with transaction.atomic():
                 _APPLY[report["kind"]](node_id, report, replies)
-        except node_reports.BadReport as exc:
+        except report_checks.BadReport as exc:
             self._refuse_finish(node_id, body, str(exc))
             return set_aside(str(exc))
         except (DataError, IntegrityError) as exc:  # this entry, whenever it is applied

@@ -34,12 +34,8 @@ from fleet.accounts.principal import Refused, principal_for
 from fleet.guard.body_rules import InputError, load_json
 from inference import services
 from inference.serving import openai_stream, readiness
-from inference.serving.openai_format import (
-    Choice,
-    Job,
-    OpenAIError,
-    from_request_error,
-)
+from inference.serving.openai_errors import OpenAIError
+from inference.serving.openai_format import Choice, Job, from_request_error
 from inference.serving.openai_request import (
     Options,
     common_options,

@@ -31,7 +31,7 @@ from inference.serving.openai_api import (
     refuse_while_warming_up,
     usable_pipelines,
 )
-from inference.serving.openai_format import OpenAIError
+from inference.serving.openai_errors import OpenAIError
 from inference.serving.openai_request import message_text
 from inference.serving.request_rules import ModelNotFound, pipeline_named, tokenizer_for
 from inference.serving.tokenization import ModelTokenizer
