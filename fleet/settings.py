@@ -51,6 +51,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "channels",
     "axes",
+    "fleet.audit",
     "fleet.accounts",
     "fleet.nodes",
     "fleet.pipelines",

@@ -342,8 +342,8 @@ def test_nodes_never_import_pipelines_or_the_data_plane():
     assert crossings(source_files("fleet/nodes"), ("fleet.pipelines", "inference")) == []
 
 
-@pytest.mark.xfail(strict=True, reason="issue 25 item 6: the audit log out of pipelines")
 def test_accounts_never_import_pipelines():
+    """Wall links are audited through the audit app's one door (`fleet.audit.services`)."""
     assert crossings(source_files("fleet/accounts"), ("fleet.pipelines",)) == []
 
 
@@ -368,3 +368,15 @@ def test_the_runtime_imports_no_app():
     apps = [f"fleet.{p.name}" for p in (ROOT / "fleet").iterdir() if (p / "apps.py").exists()]
     assert apps
     assert crossings(files, (*apps, "inference")) == []
+
+
+def test_the_audit_log_has_one_door():
+    """Only `fleet.audit.services` creates AuditEvent rows; the audit app imports no domain
+    app (its foreign keys are by name)."""
+    writers = []
+    for path in source_files("fleet", "inference"):
+        if "AuditEvent.objects.create" in path.read_text():
+            writers.append(str(path.relative_to(ROOT)))
+    assert writers == ["fleet/audit/services.py"]
+    domain = ("fleet.accounts", "fleet.nodes", "fleet.pipelines", "fleet.planner")
+    assert crossings(source_files("fleet/audit"), (*domain, "fleet.telemetry", "inference")) == []

@@ -13,6 +13,7 @@ from rest_framework.generics import GenericAPIView
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from fleet.audit.models import AuditEvent
 from fleet.nodes import selectors as node_selectors
 from fleet.nodes.api import IF_MATCH, RegistryErrorsMixin, node_response
 from fleet.nodes.api import expected_version as node_expected_version
@@ -25,12 +26,7 @@ from fleet.pipelines.api_serializers import (
     PipelineSerializer,
     RevisionSerializer,
 )
-from fleet.pipelines.models import (
-    AuditEvent,
-    Pipeline,
-    PipelineRevision,
-    Placement,
-)
+from fleet.pipelines.models import Pipeline, PipelineRevision, Placement
 from fleet.pipelines.serializers import (
     ActionInput,
     BatchCapsInput,

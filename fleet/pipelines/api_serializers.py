@@ -7,10 +7,11 @@ from __future__ import annotations
 from django.urls import reverse
 from rest_framework import serializers
 
+from fleet.audit.models import AuditEvent
 from fleet.nodes.models import Node
 from fleet.pipelines import api_placements
 from fleet.pipelines.api_placements import PlacementSerializer
-from fleet.pipelines.models import CONFIG_FIELDS, AuditEvent, Pipeline, PipelineRevision
+from fleet.pipelines.models import CONFIG_FIELDS, Pipeline, PipelineRevision
 
 
 class PipelineSerializer(serializers.ModelSerializer):

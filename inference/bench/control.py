@@ -106,7 +106,7 @@ def settle_rounds(trace: list, switch_at: float, *, share: float = 0.9) -> int |
 
 
 def bench(*, models: Path, quick: bool, log=print) -> dict:
-    from fleet.pipelines.models import AuditEvent
+    from fleet.audit.models import AuditEvent
     from inference.selectors import node_inspect
 
     ks = [0, 1, 2, 4, 8] if quick else list(range(9))

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from fleet.pipelines.models import AuditEvent, Pipeline, PipelineRevision
+from fleet.audit.models import AuditEvent
+from fleet.pipelines.models import Pipeline, PipelineRevision
 from fleet.planner import simulator
 
 pytestmark = pytest.mark.django_db

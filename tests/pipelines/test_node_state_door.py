@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from fleet.audit.models import AuditEvent
 from fleet.nodes.models import Node
 from fleet.pipelines import outbox
-from fleet.pipelines.models import AuditEvent, Pipeline
+from fleet.pipelines.models import Pipeline
 from tests.conftest import client_for
 from tests.pipelines.conftest import online_node, place
 

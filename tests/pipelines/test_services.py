@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ValidationError
 
+from fleet.audit.models import AuditEvent
 from fleet.nodes.models import Node
 from fleet.pipelines import outbox, services
-from fleet.pipelines.models import AuditEvent, Pipeline, PipelineRevision, Placement
+from fleet.pipelines.models import Pipeline, PipelineRevision, Placement
 from fleet.pipelines.services import ActionRefused, StaleVersion
 from tests.pipelines.conftest import make_pipeline, online_node, place
 
