@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from functools import partial
+from typing import Any
 
 from django.db import transaction
 
@@ -20,7 +21,8 @@ def _committed(event: AuditEvent) -> None:
             logger.warning("change_committed receiver %r failed: %r", receiver, result)
 
 
-def actor_of(actor) -> tuple[object | None, str]:
+def actor_of(actor) -> tuple[Any, str]:
+    """(the user or None, the label): a user, a label string for automation, or None."""
     if actor is None:
         return None, "system"
     if isinstance(actor, str):
