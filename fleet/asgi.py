@@ -6,7 +6,7 @@ import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fleet.settings")
 
-from fleet.web_handler import get_asgi_application  # noqa: E402  (Django's, with sync lanes)
+from fleet.runtime.web_handler import get_asgi_application  # noqa: E402  (Django's, with sync lanes)
 
 django_asgi_app = get_asgi_application(front="inference.serving.front_door")
 

@@ -8,8 +8,8 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from fleet.datadir import private_dir, private_sqlite, write_private
-from fleet.embedded_redis import discover
 from fleet.env import env_bool, env_int, env_list, env_str
+from fleet.runtime.embedded_redis import discover
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = private_dir(Path(env_str("TANDEM_DATA_DIR", str(BASE_DIR / "data"))).resolve())
@@ -51,6 +51,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "channels",
     "axes",
+    "fleet.audit",
     "fleet.accounts",
     "fleet.nodes",
     "fleet.pipelines",
@@ -61,17 +62,17 @@ INSTALLED_APPS = [
 ]
 
 # Django's own, with their hooks on the event loop under ASGI where they cannot block
-# (fleet/web_middleware.py): the stock ones cost a thread hop per hook and request.
+# (fleet/runtime/web_middleware.py): the stock ones cost a thread hop per hook and request.
 MIDDLEWARE = [
-    "fleet.web_middleware.SecurityMiddleware",
-    "fleet.web_handler.AsyncWhiteNoiseMiddleware",  # WhiteNoise, without a thread hop
-    "fleet.web_middleware.SessionMiddleware",
-    "fleet.web_middleware.CommonMiddleware",
-    "fleet.web_middleware.CsrfViewMiddleware",
-    "fleet.web_middleware.AuthenticationMiddleware",
-    "fleet.web_middleware.MessageMiddleware",
-    "fleet.web_middleware.XFrameOptionsMiddleware",
-    "fleet.web_middleware.CSPMiddleware",
+    "fleet.runtime.web_middleware.SecurityMiddleware",
+    "fleet.runtime.web_handler.AsyncWhiteNoiseMiddleware",  # WhiteNoise, without a thread hop
+    "fleet.runtime.web_middleware.SessionMiddleware",
+    "fleet.runtime.web_middleware.CommonMiddleware",
+    "fleet.runtime.web_middleware.CsrfViewMiddleware",
+    "fleet.runtime.web_middleware.AuthenticationMiddleware",
+    "fleet.runtime.web_middleware.MessageMiddleware",
+    "fleet.runtime.web_middleware.XFrameOptionsMiddleware",
+    "fleet.runtime.web_middleware.CSPMiddleware",
     "axes.middleware.AxesMiddleware",  # last: turns a lockout into its 429 page
 ]
 
@@ -122,14 +123,14 @@ else:
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": DATA_DIR / "tandem.sqlite3",
             "OPTIONS": dict(_SQLITE_OPTIONS),
-            "CONN_MAX_AGE": 60,  # kept by the web's sync lanes (fleet/web_handler.py)
+            "CONN_MAX_AGE": 60,  # kept by the web's sync lanes (fleet/runtime/web_handler.py)
             # A file, not memory: tests with real worker processes share the test database.
             "TEST": {"NAME": str(DATA_DIR / "test.sqlite3")},
         }
     }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     private_sqlite(DATABASES["default"]["NAME"])  # 0600, and so its WAL and SHM
-# Threads that run a web process's sync work (fleet/web_handler.py). SQLite: one, so writes
+# Threads that run a web process's sync work (fleet/runtime/web_handler.py). SQLite: one, so writes
 # queue in order instead of sleeping in its busy handler; a server database: a few.
 WEB_SYNC_LANES = env_int(
     "TANDEM_WEB_SYNC_LANES",

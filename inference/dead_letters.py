@@ -9,7 +9,7 @@ one entry never stops the ledger for every pipeline.
 Each dead letter keeps the original entry (node, body, signature), its stream id and the
 reason; the stream is capped (MAXLEN). Operators see the count in `/metrics`
 (`tandem:ledger_dead_letters_total`, beside `tandem:ledger_entries_total{outcome}`) and the
-last few on the console's home page; `recent()` reads them.
+last few on the console's home page (`inference.ledger_report`); `recent()` reads them.
 
 Written after the batch's transaction committed and before it is acknowledged, under the
 original entry's id: a batch replayed after a crash in between writes none twice.
@@ -21,7 +21,6 @@ import time
 from typing import Any
 
 import redis as redis_lib
-from prometheus_client.core import CounterMetricFamily
 
 from fleet import redis_clients
 from inference import node_reports
@@ -80,40 +79,3 @@ def recent(n: int = 5, *, client: redis_lib.Redis | None = None) -> list[dict[st
             {"entry": _str(entry_id), **{k: item.get(k, "") for k in ("node", "reason", "at")}}
         )
     return out
-
-
-def summary(*, client: redis_lib.Redis | None = None) -> dict | None:
-    """{"count", "recent"} for the console; None without Redis."""
-    from inference.ledger import stats
-
-    try:
-        r = client or redis_clients.client()
-        count = stats(r).get("dead_letters", 0)
-        return {"count": count, "recent": recent(3, client=r) if count else []}
-    except (redis_lib.RedisError, OSError):
-        return None
-
-
-class LedgerCollector:
-    """The ledger's counters for `/metrics` (an empty scrape of them without Redis)."""
-
-    def collect(self):
-        from inference.ledger import stats
-
-        try:
-            counts = stats()
-        except (redis_lib.RedisError, OSError):
-            counts = {}
-        dead = CounterMetricFamily(
-            "tandem:ledger_dead_letters",
-            "Node reports the ledger set aside as data it can never store (its dead-letter "
-            "stream), since the stream began.",
-        )
-        dead.add_metric([], counts.get("dead_letters", 0))
-        yield dead
-        entries = CounterMetricFamily(
-            "tandem:ledger_entries", "Node reports the ledger read, by outcome.", labels=["outcome"]
-        )
-        for outcome in OUTCOMES:
-            entries.add_metric([outcome], counts.get(outcome, 0))
-        yield entries

@@ -1,10 +1,11 @@
-"""The ledger consumer as a child of `manage.py up` (see fleet/launcher.py CHILD_FACTORIES)."""
+"""The ledger consumer as a child of `manage.py up` (see fleet/runtime/children.py
+CHILD_FACTORIES)."""
 
 from __future__ import annotations
 
 import sys
 
-from fleet.launcher import ChildSpec
+from fleet.runtime.children import ChildSpec
 
 
 def ledger_children(settings) -> list[ChildSpec]:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from django.db import transaction
 
+from fleet.pipelines.model_refs import model_dir
 from fleet.pipelines.models import DrafterKind, Pipeline, PipelineRevision
 from fleet.pipelines.services import pipeline_swap_draft
 
@@ -18,8 +19,6 @@ def resolve_target(target: str) -> tuple[Pipeline | None, Path]:
     """`target` is a pipeline's name (its target model) or a model reference (a directory
     under DATA_DIR/models, or an absolute path): (the pipeline or None, the directory). A
     model directory that exists needs no database."""
-    from inference.worker.engine_cache import model_dir
-
     direct = model_dir(target)
     if (direct / "config.json").exists():
         return None, direct

@@ -1,7 +1,7 @@
 """The ledger consumer (`manage.py run_ledger`, one leader per deployment): the only writer
 of what node workers report about their generations. Node workers hold no database
 credentials; they XADD signed reports to `tandem:ledger` (`inference.node_reports`), and
-this process applies them to the Generation rows through `inference.services`.
+this process applies them to the Generation rows through `inference.report_services`.
 
 - **In batches, in order**: up to `batch` entries per read, applied oldest first in ONE
   transaction (each in its own savepoint, so a bad entry is set aside, never stuck).
@@ -49,7 +49,7 @@ from fleet import redis_clients
 from fleet.nodes.models import NodeToken
 from fleet.nodes.signing import signing_key
 from fleet.redis_clients import REFRESH_LEADER_LOCK
-from inference import dead_letters, node_reports, report_checks, services, wire
+from inference import dead_letters, node_reports, report_checks, report_services, wire
 from inference.models import Generation, GenerationState
 
 logger = logging.getLogger(__name__)
@@ -164,7 +164,7 @@ class Ledger:
             return set_aside(f"malformed entry: {exc}", "malformed")
         try:
             report = node_reports.verified(node_id, body, signature, self.keys.of(node_id))
-        except node_reports.BadReport as exc:
+        except report_checks.BadReport as exc:
             self._refuse_finish(node_id, body, str(exc))
             return set_aside(str(exc))
         if report is None:
@@ -175,7 +175,7 @@ class Ledger:
         try:
             with transaction.atomic():
                 _APPLY[report["kind"]](node_id, report, replies)
-        except node_reports.BadReport as exc:
+        except report_checks.BadReport as exc:
             self._refuse_finish(node_id, body, str(exc))
             return set_aside(str(exc))
         except (DataError, IntegrityError) as exc:  # this entry, whenever it is applied
@@ -202,7 +202,7 @@ class Ledger:
             return
         try:
             with transaction.atomic():
-                services.generation_refuse_finish(
+                report_services.generation_refuse_finish(
                     node_id=node_id,
                     generation_id=gen,
                     attempt=attempt,
@@ -256,7 +256,7 @@ class Ledger:
 
 def _claim(node_id: int, report: dict, replies) -> None:
     starts = [(str(g), int(a)) for g, a in report["starts"]]
-    claimed = services.generations_claim(node_id=node_id, starts=starts)
+    claimed = report_services.generations_claim(node_id=node_id, starts=starts)
     answer = replies[node_id]
     for g, a in starts:
         answer["starts" if (g, a) in claimed else "refused"].append([g, a])
@@ -264,7 +264,9 @@ def _claim(node_id: int, report: dict, replies) -> None:
 
 def _first_token(node_id: int, report: dict, replies) -> None:
     at = datetime.fromtimestamp(float(report["at"]), tz=UTC)
-    services.generations_first_token(node_id=node_id, ids=[str(g) for g in report["ids"]], at=at)
+    report_services.generations_first_token(
+        node_id=node_id, ids=[str(g) for g in report["ids"]], at=at
+    )
 
 
 def _finish(node_id: int, report: dict, replies) -> None:
@@ -281,7 +283,7 @@ def _finish(node_id: int, report: dict, replies) -> None:
     if params is None:  # not this node's running attempt (ended, moved, or a replay)
         return
     report_checks.check_finish(report, params=params if isinstance(params, dict) else {})
-    services.generation_finish(
+    report_services.generation_finish(
         node_id=node_id,
         generation_id=str(report["gen"]),
         attempt=int(report["attempt"]),

@@ -1,4 +1,4 @@
-"""The rows and tokens of this machine's local pipelines (`inference.worker.local`), written
+"""The rows and tokens of this machine's local pipelines (`inference.local_pipelines`), written
 by the control plane -- `manage.py local_nodes`, which `up` runs after its migrations and
 compose's migrate service runs once -- because node workers hold no database credentials.
 
@@ -18,8 +18,9 @@ from fleet.datadir import private_dir, write_private
 from fleet.nodes.models import HardwareProfile, Node
 from fleet.nodes.services import node_register, node_token_rotate
 from fleet.pipelines.models import Pipeline, Placement
+from fleet.pipelines.node_actions import node_place
 from fleet.pipelines.services import pipeline_create
-from inference.worker.local import PIPELINES, credentials_path, node_name
+from inference.local_pipelines import PIPELINES, credentials_path, node_name
 
 ROLES = ("verify", "draft")
 
@@ -68,9 +69,16 @@ def local_node_ensure(*, pipeline: str, role: str) -> tuple[int, str]:
     if node is None:
         node, token = node_register(name=name, profile=_profile(), roles=[role])
     else:
-        _, token = node_token_rotate(node=node)
-    if not Placement.objects.filter(node=node).exists():
-        Placement.objects.create(pipeline=row, node=node, role=role)
+        _, token = node_token_rotate(node=node, actor="local")
+    if not Placement.objects.filter(node=node).exists():  # through the audited door
+        node_place(
+            pipeline_id=row.pk,
+            node_id=node.pk,
+            role=role,
+            actor="local",
+            reason="this machine's local pipeline (manage.py local_nodes)",
+            force=True,  # a new node has not sent its first heartbeat yet
+        )
     return node.pk, token
 
 

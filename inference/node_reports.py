@@ -42,7 +42,10 @@ import json
 import math
 from typing import Any
 
-STREAM = "tandem:ledger"
+from fleet.nodes.redis_keys import LEDGER_STREAM
+from inference.report_checks import BadReport, check_shape
+
+STREAM = LEDGER_STREAM  # named with the other node keys, for the nodes' ACL
 STREAM_MAXLEN = 200_000  # entries are acknowledged within milliseconds; this is a backstop
 KINDS = frozenset({"claim", "first_token", "finish"})
 _CONTEXT = b"tandem/ledger/v1\0"
@@ -76,11 +79,6 @@ def decode(fields: Any) -> tuple[int, str, str]:
     return int(node), _text(fields, "body"), _text(fields, "sig")
 
 
-class BadReport(ValueError):
-    """A report that can never be stored as sent (a data error, not a bad day): the ledger
-    sets it aside with this reason instead of retrying it."""
-
-
 def _no_constant(name: str):
     raise BadReport(f"non-finite number {name} in the report")
 
@@ -101,8 +99,6 @@ def loads(text: str | bytes) -> Any:
 def parse(body: str) -> dict:
     """The report in a body, strictly: JSON without non-finite numbers, a known kind, the
     fields its kind needs, of sane types and lengths. Raises BadReport."""
-    from inference.report_checks import check_shape
-
     try:
         report = loads(body)
     except BadReport:

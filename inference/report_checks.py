@@ -1,6 +1,6 @@
 """What the ledger believes of a node's report before it writes anything: its shape
 (`check_shape`, where the message is parsed) and, for a finish, that it fits the request it
-answers (`check_finish`). Both raise `node_reports.BadReport` with a reason an operator can
+answers (`check_finish`). Both raise `BadReport` with a reason an operator can
 act on; the ledger sets the entry aside (its dead-letter stream), it never retries it.
 
 Database-free and torch-free: the lengths are the columns' (a test holds them equal), so
@@ -13,7 +13,11 @@ import math
 import uuid
 from typing import Any
 
-from inference.node_reports import BadReport
+
+class BadReport(ValueError):
+    """A report that can never be stored as sent (a data error, not a bad day): the ledger
+    sets it aside with this reason instead of retrying it."""
+
 
 FINISH_REASON_MAX = 20  # Generation.finish_reason's max_length
 MAX_INT = 2**53  # every database and JSON reader holds it exactly

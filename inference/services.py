@@ -2,8 +2,7 @@
 
 Web side: `generation_submit`, `generation_cancel`, `push_pipeline_config`.
 Node side, applied by the ledger consumer (`inference.ledger`) from the verifier's signed
-reports (the verifier owns a running generation's row): `generations_claim`,
-`generations_first_token`, `generation_finish`.
+reports: `inference.report_services`.
 Control worker: `generations_watchdog` (deadlines, lost nodes -> re-route or fail; a lost
 drafter whose verifier is healthy -> `generation_degrade`: the verifier finishes plainly).
 Supervisor of `manage.py up`: `node_process_gone` (a local node worker died: the same
@@ -121,7 +120,9 @@ def _streamed(generation: Generation) -> tuple[list[int], str]:
         return [], ""
 
 
-def _end(generation: Generation, *, state: str, finish_reason: str, error: str = "") -> None:
+def end_generation(
+    generation: Generation, *, state: str, finish_reason: str, error: str = ""
+) -> None:
     """Terminal move of a locked, active row; after commit, both nodes free the sequence
     and the stream gets its terminal event (so a follower ends even if a worker is gone).
     A failed or cancelled row keeps what was streamed before it ended (its usage)."""
@@ -161,7 +162,7 @@ def generation_cancel(*, generation: Generation, actor=None) -> Generation:
     generation = _locked(generation)
     if generation.is_terminal:
         return generation
-    _end(generation, state=GenerationState.CANCELLED, finish_reason="cancelled")
+    end_generation(generation, state=GenerationState.CANCELLED, finish_reason="cancelled")
     return generation
 
 
@@ -172,7 +173,9 @@ def generation_fail(
     generation = _locked(generation)
     if generation.is_terminal:
         return generation
-    _end(generation, state=GenerationState.FAILED, finish_reason=finish_reason, error=error)
+    end_generation(
+        generation, state=GenerationState.FAILED, finish_reason=finish_reason, error=error
+    )
     return generation
 
 
@@ -189,92 +192,6 @@ def push_pipeline_config(pipeline: Pipeline, *, node_ids: list[int] | None = Non
     }
     targets = everyone if node_ids is None else [n for n in everyone if n in set(node_ids)]
     wire.send_many(targets, "config", payload)
-
-
-# --- node side, applied by the ledger consumer: the verifier owns a running row ----------
-# Each is idempotent by (generation, attempt) and confined to rows assigned to `node_id`
-# (the node that signed the report): a node cannot move another node's generations.
-
-
-def generations_claim(
-    *, node_id: int, starts: list[tuple[str, int]], now: datetime | None = None
-) -> set[tuple[str, int]]:
-    """queued -> running for each (generation id, attempt) verified by `node_id`, one UPDATE
-    per attempt number; returns the (id, attempt) pairs that are running there now (a claim
-    applied twice answers the same), not those cancelled or re-routed meanwhile."""
-    now = now or timezone.now()
-    claimed: set[tuple[str, int]] = set()
-    by_attempt: dict[int, list[str]] = {}
-    for gid, attempt in starts:
-        by_attempt.setdefault(int(attempt), []).append(str(gid))
-    for attempt, ids in by_attempt.items():
-        mine = Generation.objects.filter(pk__in=ids, attempts=attempt, verifier_id=node_id)
-        mine.filter(state=GenerationState.QUEUED).update(
-            state=GenerationState.RUNNING, started_at=now
-        )
-        claimed |= {
-            (str(pk), attempt)
-            for pk in mine.filter(state=GenerationState.RUNNING).values_list("pk", flat=True)
-        }
-    return claimed
-
-
-def generations_first_token(*, node_id: int, ids: list[str], at: datetime) -> int:
-    return Generation.objects.filter(
-        pk__in=ids, verifier_id=node_id, first_token_at__isnull=True
-    ).update(first_token_at=at)
-
-
-def generation_finish(
-    *,
-    node_id: int,
-    generation_id,
-    attempt: int,
-    finish_reason: str,
-    output_tokens: list[int],
-    output_text: str,
-    counters: dict,
-    itl_ms: dict,
-    error: str = "",
-) -> bool:
-    """running -> finished (or failed with `error`) by the verifier that ran this attempt."""
-    state = GenerationState.FAILED if error else GenerationState.FINISHED
-    return bool(
-        Generation.objects.filter(
-            pk=generation_id,
-            state=GenerationState.RUNNING,
-            attempts=attempt,
-            verifier_id=node_id,
-        ).update(
-            state=state,
-            finish_reason=finish_reason,
-            error=db_text(error),
-            output_tokens=output_tokens,
-            output_text=db_text(output_text),
-            counters=counters,
-            itl_ms=itl_ms,
-            finished_at=timezone.now(),
-        )
-    )
-
-
-def generation_refuse_finish(*, node_id: int, generation_id, attempt: int, error: str) -> bool:
-    """The ledger set this verifier's finish aside (bad data): its running attempt fails
-    with `error`, keeping what was streamed. Nothing when it is not that node's attempt."""
-    generation = (
-        Generation.objects.select_for_update()
-        .filter(
-            pk=generation_id,
-            state=GenerationState.RUNNING,
-            attempts=attempt,
-            verifier_id=node_id,
-        )
-        .first()
-    )
-    if generation is None:
-        return False
-    _end(generation, state=GenerationState.FAILED, finish_reason="error", error=error)
-    return True
 
 
 # --- control worker: deadlines and lost nodes -------------------------------------------------
@@ -301,7 +218,7 @@ def generation_reroute(
         or old
     )
     if generation.attempts >= MAX_ATTEMPTS:
-        _end(
+        end_generation(
             generation,
             state=GenerationState.FAILED,
             finish_reason="error",
@@ -311,7 +228,7 @@ def generation_reroute(
     try:
         pair = pick_pair(generation.pipeline, exclude=bad)
     except NoCapacity as exc:
-        _end(
+        end_generation(
             generation,
             state=GenerationState.FAILED,
             finish_reason="error",

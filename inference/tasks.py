@@ -1,9 +1,7 @@
-"""Celery adapters of the data plane (thin: ids and JSON in, services and loops out).
+"""Celery adapters of the data plane's control side (thin: ids in, services out).
 
-`tandem.node.message` runs on a node worker (queue `node.<id>`, solo pool): it hands the
-message to the process's engine loop (when the control plane signed it for this node) and
-returns at once. `tandem.generations.watchdog`
-runs periodically on the control worker (celery beat).
+`tandem.generations.watchdog` runs periodically on the control worker (celery beat). The
+node workers' task (`tandem.node.message`) lives with them: `inference.worker.tasks`.
 """
 
 from __future__ import annotations
@@ -12,20 +10,7 @@ import logging
 
 from celery import shared_task
 
-from inference.wire import TASK
-
 logger = logging.getLogger(__name__)
-
-
-@shared_task(name=TASK, ignore_result=True, acks_late=False)
-def node_message(kind: str, payload: dict) -> None:
-    from inference.worker.engine_loop import current
-
-    loop = current()
-    if loop is None:
-        logger.warning("node message %r arrived before the engine loop started", kind)
-        return
-    loop.accept_control(kind, payload)
 
 
 @shared_task(name="tandem.generations.watchdog", ignore_result=True, time_limit=60)

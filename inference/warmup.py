@@ -1,5 +1,5 @@
-"""What a pipeline waits for before it can serve (a part of `inference.wire`, which names
-everything here as before)."""
+"""What a pipeline waits for before it can serve: shared by the web and node processes like
+`inference.wire`, torch-free and database-free."""
 
 from __future__ import annotations
 

@@ -10,8 +10,8 @@ Three things cross:
   `read_all()`, always under the verifier the Generation row names.
 - **Messages to node workers** (`send`, `send_from`, `receive`): cancels through Celery
   (signed), everything else through Redis lists.
-- **Warm-up state** (`warmup_publish`, `warmup_status`): what a pipeline waits for before
-  it can serve, and node inspection (`inspect_key`).
+- **Node inspection** (`inspect_key`). (What a pipeline waits for before it can serve, the
+  warm-up state, is `inference.warmup`'s.)
 
 Stream events are JSON objects:
 
@@ -34,8 +34,8 @@ new owner at the end of both; a follower switches once the ledger agrees (`sse`)
 
 **A node acts only as itself** (Kubernetes' Node authorizer + NodeRestriction). Every key a
 node may touch carries its id, and each node has its own Redis ACL user
-(`fleet.nodes.redis_acl`, built from `node_key_patterns` below; the web tier and control
-processes keep the admin user):
+(`fleet.nodes.redis_acl`, built from `fleet.nodes.redis_keys`, where the node keys are named;
+the web tier and control processes keep the admin user):
 
 - `tandem:node:<id>:*` is the node's own: its streams (only it and the control plane write
   them, so what a client reads under the ledger's owner is that owner's word), its inspection
@@ -68,6 +68,7 @@ from typing import Any, Literal, NotRequired, TypedDict
 import redis
 
 from fleet import redis_clients
+from fleet.nodes.redis_keys import node_prefix, node_queue
 
 MAXLEN = 10_000
 TTL_S = 3600
@@ -123,11 +124,6 @@ def is_entry_id(text: str) -> bool:
     client may send it back in `Last-Event-ID`; Redis refuses anything else mid-stream."""
     match = _ENTRY_ID.match(text)
     return match is not None and all(int(part or 0) <= _U64_MAX for part in match.groups())
-
-
-def node_prefix(node_id: int) -> str:
-    """Every key node `node_id` owns starts with this (see the module doc)."""
-    return f"tandem:node:{int(node_id)}:"
 
 
 def stream_key(node_id: int, generation_id) -> str:
@@ -289,10 +285,6 @@ ROUND_TTL_S = 3600  # an idle node's list does not live forever
 _CONTROL_CONTEXT = b"tandem/node-control/v1\0"
 
 
-def node_queue(node_id: int) -> str:
-    return f"node.{node_id}"
-
-
 def round_key(node_id: int) -> str:
     """The node's control inbox: start, claimed, config (the control plane's only)."""
     return f"{node_prefix(node_id)}rounds"
@@ -306,26 +298,6 @@ def peer_key(sender: int, receiver: int) -> str:
 def inspect_key(node_id: int) -> str:
     """What a node worker last said it holds (KV slots, sequence ids), written at each change."""
     return f"{node_prefix(node_id)}inspect"
-
-
-def node_key_patterns(node_id: int) -> list[str]:
-    """The Redis key patterns of node `node_id`'s ACL user (`fleet.nodes.redis_acl`): its own
-    keys, the outboxes addressed to it, its Celery queue, and the two signed streams it
-    appends to (without any command that reads a stream)."""
-    from fleet.telemetry.ingest import STREAM as TELEMETRY
-    from inference.node_reports import STREAM as LEDGER
-
-    queue = node_queue(node_id)
-    return [
-        f"{node_prefix(node_id)}*",
-        f"tandem:node:*:to:{int(node_id)}",
-        queue,
-        f"{queue}\x06\x16*",  # kombu's priority lists of the queue
-        f"_kombu.binding.{queue}",
-        f"_kombu.binding_permanent.{queue}",
-        LEDGER,
-        f"{TELEMETRY}:*",
-    ]
 
 
 def control_signature(key: str, node_id: int, kind: str, payload: dict[str, Any]) -> str:
@@ -427,31 +399,3 @@ def receive(node_id: int, timeout_s: float = 1.0, *, peers=()) -> list[tuple[str
         if (message := _stamped(sender, kind, payload)) is not None:
             out.append(message)
     return out
-
-
-# -- warm-up: kept in inference.warmup, named here as before -------------------------------
-from inference.warmup import (  # noqa: E402
-    MAX_RETRY_AFTER_S,
-    MIN_RETRY_AFTER_S,
-    WARMUP_KEY,
-    WARMUP_TTL_S,
-    Warmup,
-    WarmupReporter,
-    warmup_clear,
-    warmup_publish,
-    warmup_status,
-    warmup_statuses,
-)
-
-__all__ = [
-    "MAX_RETRY_AFTER_S",
-    "MIN_RETRY_AFTER_S",
-    "WARMUP_KEY",
-    "WARMUP_TTL_S",
-    "Warmup",
-    "WarmupReporter",
-    "warmup_clear",
-    "warmup_publish",
-    "warmup_status",
-    "warmup_statuses",
-]

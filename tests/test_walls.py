@@ -1,4 +1,4 @@
-"""The walls of DESIGN.md ("Rooms and walls") and issue 11, guarded by imports.
+"""The walls of DESIGN.md ("Rooms and walls") and issues 11 and 25, guarded by imports.
 
 Two kinds of check:
 
@@ -9,8 +9,6 @@ Two kinds of check:
 
 A wall that does not hold yet is `xfail(strict=True)` with the issue that closes it: the day it
 holds, the test reports XPASS as a failure, so the marker is removed and the wall stays shut.
-A wall around a package that issue 11 creates (`inference/serving/`, `inference/wire.py`, the
-aggregator's synchronous core) is skipped, saying so, while that package does not exist.
 """
 
 from __future__ import annotations
@@ -95,11 +93,6 @@ def crossings(files: list[Path], forbidden: tuple[str, ...], allowed: tuple[str,
     return sorted(set(out))
 
 
-def require(*places: str, why: str) -> None:
-    if not any((ROOT / p).exists() for p in places):
-        pytest.skip(f"issue 11 creates {' or '.join(places)}: {why}")
-
-
 # -- runtime: what a process drags in -------------------------------------------------------
 
 # Imports every module given (packages: all their modules, commands and migrations left out),
@@ -135,26 +128,25 @@ def loaded_after_import(setup: str, *names: str) -> set[str]:
     return set(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
-def present(*modules: str) -> list[str]:
-    """Those of `modules` (inference root modules) that exist in this tree."""
-    return [m for m in modules if (ROOT / (m.replace(".", "/") + ".py")).exists()]
-
-
-# The web side of inference: the serving package once issue 11 seats it, the web modules at
-# inference/'s root until then, and the shared modules both sides import.
-WEB_INFERENCE_TODAY = [
-    f"inference.{m}"
-    for m in "api openai_api openai_format openai_urls urls_api sse submission tokenization "
-    "streams readiness warmup".split()
-]
+# The web side of inference: the serving package, and the modules at inference/'s root that
+# the web and control processes import (the node workers' own are inference/worker/).
 SHARED_INFERENCE = ["inference.models", "inference.services", "inference.selectors"]
-SHARED_INFERENCE += ["inference.router", "inference.wire"]
+SHARED_INFERENCE += ["inference.router", "inference.wire", "inference.warmup", "inference.text"]
 
 
 def web_inference_modules() -> list[str]:
-    if (ROOT / "inference/serving").is_dir():
-        return ["inference.serving", *present(*SHARED_INFERENCE)]
-    return present(*WEB_INFERENCE_TODAY, *SHARED_INFERENCE)
+    return ["inference.serving", *SHARED_INFERENCE]
+
+
+def web_side_files() -> list[Path]:
+    """Every file the web and control processes run: fleet/ (commands aside), serving, the
+    text room, and the modules at inference/'s root (the control side of the data plane)."""
+    root = sorted(p for p in (ROOT / "inference").glob("*.py"))
+    return (
+        source_files("fleet", commands=False)
+        + source_files("inference/serving", "inference/text")
+        + root
+    )
 
 
 # -- the walls -------------------------------------------------------------------------------
@@ -183,9 +175,12 @@ def test_fleet_and_serving_import_nothing_of_the_torch_side():
     assert crossings(files, TORCH_SIDE) == []
 
 
-def test_the_control_plane_side_of_inference_never_imports_the_node_side():
-    files = source_files(*(f"inference/{m.split('.')[1]}.py" for m in SHARED_INFERENCE))
-    files += source_files("inference/serving")
+def test_the_web_side_never_imports_the_worker():
+    """Control plane, serving and inference/'s root modules: no node worker, engine, training
+    or torch. (A node's Celery task lives in inference/worker/tasks.py; the local pipelines
+    are data in inference/local_pipelines.py.)"""
+    files = web_side_files()
+    assert module_name(ROOT / "inference/local_nodes.py") in {module_name(p) for p in files}
     assert crossings(files, TORCH_SIDE) == []
 
 
@@ -254,7 +249,7 @@ def test_no_module_imports_another_modules_private_name():
     assert found == []
 
 
-NODE_SIDE = ("inference/worker", "inference/wire.py")
+NODE_SIDE = ("inference/worker", "inference/wire.py", "inference/warmup.py")
 
 
 def test_node_processes_need_no_database_credentials():
@@ -289,36 +284,99 @@ def test_compose_gives_node_workers_no_database_and_no_secret_key():
 
 
 def test_wire_is_torch_free_and_database_free():
-    require("inference/wire.py", why="the keys, messages and client both processes share")
-    assert crossings(source_files("inference/wire.py"), TORCH_SIDE + DATABASE) == []
-    loaded = loaded_after_import("none", "inference.wire")
+    shared = source_files("inference/wire.py", "inference/warmup.py")
+    assert len(shared) == 2
+    assert crossings(shared, TORCH_SIDE + DATABASE) == []
+    loaded = loaded_after_import("none", "inference.wire", "inference.warmup")
     assert "torch" not in loaded and "django.db.models" not in loaded
 
 
 def test_serving_is_the_web_side_only():
-    require("inference/serving", why="everything the web process runs for inference")
     files = source_files("inference/serving")
     assert crossings(files, TORCH_SIDE) == []
     # The worker never reaches up into serving either.
     assert crossings(source_files(*NODE_SIDE), ("inference.serving",)) == []
 
 
-AGGREGATION_CORE = "fleet/telemetry/aggregation.py"
+AGGREGATION_CORE = (
+    "fleet/telemetry/aggregation.py",
+    "fleet/telemetry/rollup_buckets.py",
+    "fleet/telemetry/node_live.py",
+)
 
 
 def test_the_aggregators_core_is_synchronous_and_pure():
     """Parsing, windows, message building and rollup figures: no event loop, Redis, channels
     or database, so it is tested with plain function calls."""
-    require(AGGREGATION_CORE, why="the aggregator's synchronous core (the runner keeps the loop)")
-    path = ROOT / AGGREGATION_CORE
+    paths = source_files(*AGGREGATION_CORE)
+    assert len(paths) == len(AGGREGATION_CORE)
     forbidden = ("asyncio", "redis", "channels", "django.db", "fleet.nodes", "fleet.pipelines")
-    assert crossings([path], forbidden) == []
-    tree = ast.parse(path.read_text())
-    assert not [n.name for n in ast.walk(tree) if isinstance(n, ast.AsyncFunctionDef)]
+    assert crossings(paths, forbidden) == []
+    for path in paths:
+        tree = ast.parse(path.read_text())
+        assert not [n.name for n in ast.walk(tree) if isinstance(n, ast.AsyncFunctionDef)]
 
 
 @pytest.mark.parametrize("benchmark", ["engine", "serving", "planner"])
 def test_every_benchmark_of_the_data_plane_lives_in_inference_bench(benchmark):
-    if benchmark == "planner" and not (ROOT / "inference/bench/planner.py").exists():
-        pytest.skip("issue 11 moves fleet/planner/bench.py to inference/bench/planner.py")
     assert (ROOT / f"inference/bench/{benchmark}.py").is_file()
+
+
+# -- issue 25: the domain apps' walls, the text room, the runtime --------------------------
+
+
+PAGES_MOVE = "issue 25 item 1 moves the pipeline and node pages (views.py) to the console app"
+
+
+@pytest.mark.xfail(strict=True, reason=PAGES_MOVE)
+def test_pipelines_never_import_the_data_plane():
+    """Configuration pushes reach the data plane by a signal it receives
+    (`signals.config_committed`, `inference.receivers`), never by an import."""
+    assert crossings(source_files("fleet/pipelines"), ("inference",)) == []
+
+
+@pytest.mark.xfail(strict=True, reason=PAGES_MOVE)
+def test_nodes_never_import_pipelines_or_the_data_plane():
+    """Nodes sit below pipelines: the node Redis keys are named here (`redis_keys`), the data
+    plane's wire builds on them."""
+    assert crossings(source_files("fleet/nodes"), ("fleet.pipelines", "inference")) == []
+
+
+def test_accounts_never_import_pipelines():
+    """Wall links are audited through the audit app's one door (`fleet.audit.services`)."""
+    assert crossings(source_files("fleet/accounts"), ("fleet.pipelines",)) == []
+
+
+def test_the_text_room_is_torch_free_and_django_free():
+    """Tokenizer and chat prompts: the engine, the workers and the web side all use them."""
+    files = source_files("inference/text")
+    assert len(files) >= 3
+    forbidden = ("torch", "django", "celery", "fleet", "inference.engine", "inference.worker")
+    assert crossings(files, forbidden + ("inference.serving", "inference.training")) == []
+    engine_and_serving = source_files("inference/engine", "inference/serving", "inference/worker")
+    assert (
+        crossings(engine_and_serving, ("inference.chat_prompts", "inference.engine.tokenizer"))
+        == []
+    )
+
+
+def test_the_runtime_imports_no_app():
+    """fleet/runtime/ (supervisor, web server, embedded Redis) knows no domain: the apps give
+    it their children (`launch.py`), it never reaches into them."""
+    files = source_files("fleet/runtime")
+    assert files
+    apps = [f"fleet.{p.name}" for p in (ROOT / "fleet").iterdir() if (p / "apps.py").exists()]
+    assert apps
+    assert crossings(files, (*apps, "inference")) == []
+
+
+def test_the_audit_log_has_one_door():
+    """Only `fleet.audit.services` creates AuditEvent rows; the audit app imports no domain
+    app (its foreign keys are by name)."""
+    writers = []
+    for path in source_files("fleet", "inference"):
+        if "AuditEvent.objects.create" in path.read_text():
+            writers.append(str(path.relative_to(ROOT)))
+    assert writers == ["fleet/audit/services.py"]
+    domain = ("fleet.accounts", "fleet.nodes", "fleet.pipelines", "fleet.planner")
+    assert crossings(source_files("fleet/audit"), (*domain, "fleet.telemetry", "inference")) == []

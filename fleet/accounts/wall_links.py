@@ -16,7 +16,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from fleet.accounts.models import WallLink
-from fleet.pipelines.models import AuditEvent
+from fleet.audit.services import audit
 
 WALL_SALT = "tandem.wall-link"
 WALL_PROTOCOL = "tandem.wall"
@@ -90,9 +90,8 @@ def wall_link_create(*, name: str, actor, expires_at=None) -> tuple[WallLink, st
     if expires_at is not None and expires_at <= timezone.now():
         raise ValidationError({"expires_at": "must be in the future"})
     link = WallLink.objects.create(name=name.strip()[:100], created_by=actor, expires_at=expires_at)
-    AuditEvent.objects.create(
+    audit(
         actor=actor,
-        actor_label=actor.get_username(),
         action="wall_link.create",
         after={
             "wall_link": link.pk,
@@ -109,9 +108,8 @@ def wall_link_revoke(*, link: WallLink, actor) -> WallLink:
     if link.revoked_at is None:
         link.revoked_at = timezone.now()
         link.save(update_fields=["revoked_at"])
-        AuditEvent.objects.create(
+        audit(
             actor=actor,
-            actor_label=actor.get_username(),
             action="wall_link.revoke",
             before={"wall_link": link.pk, "name": link.name},
         )

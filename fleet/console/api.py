@@ -18,7 +18,7 @@ from fleet.accounts.wall_links import wall_link_create, wall_link_revoke, wall_l
 from fleet.console.selectors import PARTS, RANGES, history
 from fleet.nodes.models import Node
 from fleet.pipelines.models import Pipeline
-from fleet.supervision import FAILED, RESTARTING, RUNNING, read_state
+from fleet.runtime.supervision import FAILED, RESTARTING, RUNNING, read_state
 
 
 class WallLinkSerializer(serializers.ModelSerializer):

@@ -4,7 +4,7 @@ who may view the fleet (a child of `manage.py up` restarting or given up on)."""
 from django.conf import settings
 
 from fleet.accounts.access import can
-from fleet.supervision import problems
+from fleet.runtime.supervision import problems
 
 
 def supervision(request):

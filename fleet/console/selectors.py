@@ -7,8 +7,8 @@ from datetime import timedelta
 from django.db.models import Q
 from django.utils import timezone
 
+from fleet.audit.diff import describe_change
 from fleet.nodes.models import Node
-from fleet.pipelines.audit_diff import describe_change
 from fleet.pipelines.models import Pipeline
 from fleet.telemetry import snapshot
 
@@ -171,7 +171,7 @@ def request_rates(scope: str, obj, *, since, bucket_s: int) -> dict:
 
 def change_markers(scope: str, obj, *, since) -> list[dict]:
     """Configuration changes since `since` from the audit log, oldest first: when, who, what."""
-    from fleet.pipelines.models import AuditEvent
+    from fleet.audit.models import AuditEvent
 
     qs = AuditEvent.objects.filter(created_at__gte=since)
     if scope == "pipeline":

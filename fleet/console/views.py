@@ -39,7 +39,7 @@ def home(request):
 
 def _dead_letters() -> dict | None:
     """The ledger's dead letters (count, the last few), for the notice on this page."""
-    from inference.dead_letters import summary
+    from inference.ledger_report import summary
 
     return summary()
 

@@ -128,7 +128,9 @@ class NodeViewSet(
     @extend_schema(responses={204: None}, parameters=[IF_MATCH])
     def destroy(self, request, *args, **kwargs):
         """Retires the node (a soft delete: it stays listed as retired, its tokens die)."""
-        services.node_retire(node=self.get_object(), expected_version=expected_version(request))
+        services.node_retire(
+            node=self.get_object(), actor=request.user, expected_version=expected_version(request)
+        )
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -144,7 +146,7 @@ class NodeRetireView(RegistryErrorsMixin, GenericAPIView):
     @extend_schema(request=None, responses={200: NodeSerializer}, parameters=[IF_MATCH])
     def post(self, request, pk):
         node = services.node_retire(
-            node=self.get_object(), expected_version=expected_version(request)
+            node=self.get_object(), actor=request.user, expected_version=expected_version(request)
         )
         return node_response(node)
 
@@ -170,7 +172,7 @@ class NodeTokenRotateView(RegistryErrorsMixin, GenericAPIView):
     @extend_schema(request=None, responses={201: NodeTokenIssuedSerializer})
     def post(self, request, pk):
         """Revokes the node's tokens and issues a new one, shown once."""
-        token, plain = services.node_token_rotate(node=self.get_object())
+        token, plain = services.node_token_rotate(node=self.get_object(), actor=request.user)
         data = NodeTokenIssuedSerializer(token).data
         data["token"] = plain
         return Response(data, status=status.HTTP_201_CREATED)
@@ -184,7 +186,7 @@ class NodeTokenRevokeView(GenericAPIView):
     @extend_schema(request=None, responses={200: TokensRevokedSerializer})
     def post(self, request, pk):
         """Revokes every token of the node; its agent gets 401 until a new one is issued."""
-        count = services.node_token_revoke(node=self.get_object())
+        count = services.node_token_revoke(node=self.get_object(), actor=request.user)
         return Response({"revoked": count})
 
 

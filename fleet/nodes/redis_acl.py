@@ -1,6 +1,6 @@
 """Each node's own Redis user (Redis 6+ ACLs), set by the control plane with its admin
 connection: a node worker reaches Redis as `node-<id>`, limited to the keys of
-`inference.wire.node_key_patterns` (its own, the outboxes addressed to it, its Celery queue,
+`redis_keys.node_key_patterns` (its own, the outboxes addressed to it, its Celery queue,
 the two signed streams it appends to), no pub/sub channel, and only the commands a node runs.
 The web tier and control processes keep the admin user (REDIS_URL).
 
@@ -23,6 +23,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import redis
 
 from fleet import redis_clients
+from fleet.nodes.redis_keys import node_key_patterns
 from fleet.nodes.signing import redis_password
 
 logger = logging.getLogger(__name__)
@@ -76,8 +77,6 @@ def username(node_id: int) -> str:
 
 def node_rules(node_id: int, passwords: list[str]) -> list[str]:
     """The ACL SETUSER rules of node `node_id`'s user (a full reset each time)."""
-    from inference.wire import node_key_patterns
-
     rules = ["reset", "on" if passwords else "off", "resetkeys", "resetchannels", "-@all"]
     rules += [f"+{command}" for command in NODE_COMMANDS]
     rules += [f"~{pattern}" for pattern in node_key_patterns(node_id)]

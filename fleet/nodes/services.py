@@ -16,6 +16,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from fleet.accounts.secrets import new_secret
+from fleet.audit.services import audit
 from fleet.nodes import notices
 from fleet.nodes.choices import WATCHED_STATES, NodeState
 from fleet.nodes.models import (
@@ -151,9 +152,19 @@ def node_transition(
     return node
 
 
-def node_retire(*, node: Node, expected_version: int | None = None) -> Node:
-    """Soft delete: the row stays (history refers to it), its tokens are revoked."""
-    return node_transition(node=node, to=NodeState.RETIRED, expected_version=expected_version)
+@transaction.atomic
+def node_retire(*, node: Node, actor=None, expected_version: int | None = None) -> Node:
+    """Soft delete: the row stays (history refers to it), its tokens are revoked. Audited."""
+    before = node.state
+    node = node_transition(node=node, to=NodeState.RETIRED, expected_version=expected_version)
+    audit(
+        actor=actor,
+        action="node.retire",
+        node=node,
+        before={"state": before},
+        after={"state": node.state},
+    )
+    return node
 
 
 def _revoke_tokens(node: Node) -> int:
@@ -167,22 +178,25 @@ def _revoke_tokens(node: Node) -> int:
 
 
 @transaction.atomic
-def node_token_revoke(*, node: Node) -> int:
-    """Revokes every active token of the node; returns how many."""
+def node_token_revoke(*, node: Node, actor=None) -> int:
+    """Revokes every active token of the node; returns how many. Audited."""
     count = _revoke_tokens(node)
+    audit(actor=actor, action="node.tokens_revoke", node=node, after={"revoked": count})
     _after_commit("tokens-revoked", [node.pk])
     return count
 
 
 @transaction.atomic
-def node_token_rotate(*, node: Node) -> tuple[NodeToken, str]:
-    """Revokes the node's tokens and issues a new one (returned once, in plain)."""
+def node_token_rotate(*, node: Node, actor=None) -> tuple[NodeToken, str]:
+    """Revokes the node's tokens and issues a new one (returned once, in plain). Audited
+    (the new token's prefix, never the token)."""
     node = _locked(node)
     if node.state == NodeState.RETIRED:
         raise NodeConflict(f"Node {node.name!r} is retired: it gets no new tokens.")
     _revoke_tokens(node)
     plain = _issue_token(node)
     token = NodeToken.objects.get(node=node, revoked_at__isnull=True)
+    audit(actor=actor, action="node.token_rotate", node=node, after={"token": token.prefix})
     _after_commit("token-rotated", [node.pk])
     return token, plain
 

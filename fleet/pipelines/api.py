@@ -7,26 +7,26 @@ read (`version` in the body, or an If-Match header) and answer 409 when it is st
 from __future__ import annotations
 
 from django.shortcuts import get_object_or_404
-from django.urls import reverse
 from drf_spectacular.utils import extend_schema
 from rest_framework import generics, serializers, status
 from rest_framework.generics import GenericAPIView
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from fleet.audit.models import AuditEvent
 from fleet.nodes import selectors as node_selectors
 from fleet.nodes.api import IF_MATCH, RegistryErrorsMixin, node_response
 from fleet.nodes.api import expected_version as node_expected_version
 from fleet.nodes.models import Node
 from fleet.nodes.serializers import NodeSerializer
 from fleet.pipelines import api_placements, outbox, selectors, services
-from fleet.pipelines.models import (
-    CONFIG_FIELDS,
-    AuditEvent,
-    Pipeline,
-    PipelineRevision,
-    Placement,
+from fleet.pipelines.api_serializers import (
+    AuditEventSerializer,
+    NodeActionResultSerializer,
+    PipelineSerializer,
+    RevisionSerializer,
 )
+from fleet.pipelines.models import Pipeline, PipelineRevision, Placement
 from fleet.pipelines.serializers import (
     ActionInput,
     BatchCapsInput,
@@ -38,107 +38,6 @@ from fleet.pipelines.serializers import (
     RollbackInput,
     SwapDraftInput,
 )
-
-
-class PlacementSerializer(serializers.ModelSerializer):
-    node_name = serializers.CharField(source="node.name", read_only=True)
-    node_state = serializers.CharField(source="node.state", read_only=True)
-    profile = serializers.CharField(source="node.profile.slug", read_only=True)
-    simulated = serializers.BooleanField(source="node.simulated", read_only=True)
-
-    class Meta:
-        model = Placement
-        fields = ["node", "node_name", "node_state", "profile", "simulated", "role", "created_at"]
-
-
-class PipelineSerializer(serializers.ModelSerializer):
-    """A pipeline with at most `api_placements.PLACEMENTS_INLINE` of its placements inline
-    (by role, then node name); `placements_url` pages through all of them."""
-
-    placements = serializers.SerializerMethodField()
-    placements_count = serializers.SerializerMethodField()
-    placements_truncated = serializers.SerializerMethodField()
-    placements_url = serializers.SerializerMethodField()
-
-    def get_placements(self, obj) -> list[dict]:
-        return list(PlacementSerializer(api_placements.inline_placements(obj), many=True).data)
-
-    def get_placements_count(self, obj) -> int:
-        return api_placements.placements_count(obj)
-
-    def get_placements_truncated(self, obj) -> bool:
-        return self.get_placements_count(obj) > len(api_placements.inline_placements(obj))
-
-    def get_placements_url(self, obj) -> str:
-        return reverse("pipelines-api:placements", kwargs={"pk": obj.pk})
-
-    class Meta:
-        model = Pipeline
-        fields = [
-            "id",
-            "name",
-            "description",
-            *CONFIG_FIELDS,
-            "simulated",
-            "version",
-            "created_at",
-            "updated_at",
-            "placements",
-            "placements_count",
-            "placements_truncated",
-            "placements_url",
-        ]
-        read_only_fields = ["id", "version", "created_at", "updated_at"]
-
-
-class PipelineRefSerializer(serializers.ModelSerializer):
-    class Meta:
-        model = Pipeline
-        fields = ["id", "name", "version"]
-
-
-class NodeRefSerializer(serializers.ModelSerializer):
-    class Meta:
-        model = Node
-        fields = ["id", "name", "state", "version"]
-
-
-class NodeActionResultSerializer(serializers.Serializer):
-    """What a node action answers, the same size whatever the pipeline's: the pipeline's id,
-    name and new version (its ETag), the node, its placement after the action (null once
-    unplaced) and, for a move, the pipeline it left. GET the pipeline for all of it."""
-
-    id = serializers.IntegerField()
-    name = serializers.CharField()
-    version = serializers.IntegerField()
-    node = NodeRefSerializer()
-    placement = PlacementSerializer(allow_null=True)
-    from_pipeline = PipelineRefSerializer(required=False)
-
-
-class RevisionSerializer(serializers.ModelSerializer):
-    class Meta:
-        model = PipelineRevision
-        fields = ["version", "config", "created_at"]
-
-
-class AuditEventSerializer(serializers.ModelSerializer):
-    node_name = serializers.CharField(source="node.name", read_only=True, default=None)
-
-    class Meta:
-        model = AuditEvent
-        fields = [
-            "id",
-            "actor_label",
-            "action",
-            "pipeline",
-            "node",
-            "node_name",
-            "before",
-            "after",
-            "reason",
-            "created_at",
-        ]
 
 
 def expected_version(request, data: dict) -> int | None:

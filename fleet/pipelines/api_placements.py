@@ -2,7 +2,8 @@
 
 A pipeline's JSON (GET, list, configuration changes) carries at most PLACEMENTS_INLINE of its
 placements (by role, then node name), with `placements_count`, `placements_truncated` and
-`placements_url`; `GET /api/v1/pipelines/<id>/placements` pages through all of them. Every
+`placements_url`; `GET /api/v1/pipelines/<id>/placements` pages through all of them
+(`PlacementSerializer`: a placement's shape in both). Every
 placement of a 2,500-node pipeline inline was ~410 KB and 0.4 s per answer.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 from django.db.models import F, QuerySet, Window
 from django.db.models.functions import RowNumber
 from django.shortcuts import get_object_or_404
-from rest_framework import generics
+from rest_framework import generics, serializers
 
 from fleet.pipelines.models import Pipeline, Placement
 
@@ -65,12 +66,21 @@ def placements_count(pipeline: Pipeline) -> int:
     return drafters + verifiers
 
 
+class PlacementSerializer(serializers.ModelSerializer):
+    node_name = serializers.CharField(source="node.name", read_only=True)
+    node_state = serializers.CharField(source="node.state", read_only=True)
+    profile = serializers.CharField(source="node.profile.slug", read_only=True)
+    simulated = serializers.BooleanField(source="node.simulated", read_only=True)
+
+    class Meta:
+        model = Placement
+        fields = ["node", "node_name", "node_state", "profile", "simulated", "role", "created_at"]
+
+
 class PlacementList(generics.ListAPIView):
     """Every placement of a pipeline, by role then node name, paginated."""
 
     def get_serializer_class(self):
-        from fleet.pipelines.api import PlacementSerializer
-
         return PlacementSerializer
 
     def get_queryset(self):

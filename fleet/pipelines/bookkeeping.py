@@ -1,6 +1,7 @@
 """What every change to a pipeline does, whichever service makes it: lock the row(s), check
 the caller's version, bump it with a PipelineRevision, write an AuditEvent (who, before,
-after, why), and push the committed configuration to the running workers after commit.
+after, why), and push the committed configuration to the running workers after commit
+(`outbox`: recorded with the change, then `signals.config_committed`).
 
 `actor` is a user, or a label string for automation (the planner acts as "planner").
 """
@@ -8,29 +9,17 @@ after, why), and push the committed configuration to the running workers after c
 from __future__ import annotations
 
 import logging
-from functools import partial
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
 
 from fleet.nodes.models import Node
-from fleet.pipelines import outbox, signals
-from fleet.pipelines.models import AuditEvent, Pipeline, PipelineRevision, Placement
+from fleet.pipelines import outbox
+from fleet.pipelines.models import Pipeline, PipelineRevision, Placement
 from fleet.pipelines.rules import StaleVersion
 
 logger = logging.getLogger(__name__)
 
 # --- push to workers ---------------------------------------------------------------------------
-
-
-def push_config(pipeline_id: int, node_ids: list[int] | None = None) -> None:
-    """Sends the committed configuration to the running workers (through the data plane's
-    `inference.services.push_pipeline_config`): to every placed node, or to `node_ids`."""
-    from inference.services import push_pipeline_config  # the data plane imports this app
-
-    pipeline = Pipeline.objects.filter(pk=pipeline_id).first()
-    if pipeline is not None:
-        push_pipeline_config(pipeline, node_ids=node_ids)
 
 
 def push_after_commit(*pipeline_ids: int) -> None:
@@ -47,20 +36,6 @@ def push_to_nodes_after_commit(pipeline_id: int, node_ids: list[int]) -> None:
     node states from the database. (Pushing to all of a 2,500-node pipeline costs seconds
     per action.)"""
     outbox.record(pipeline_id, list(node_ids))
-
-
-def _committed(event: AuditEvent) -> None:
-    for receiver, result in signals.change_committed.send_robust(sender=AuditEvent, event=event):
-        if isinstance(result, Exception):
-            logger.warning("change_committed receiver %r failed: %r", receiver, result)
-
-
-def actor_of(actor) -> tuple[object | None, str]:
-    if actor is None:
-        return None, "system"
-    if isinstance(actor, str):
-        return None, actor
-    return actor, actor.get_username()
 
 
 def locked_pipeline(pipeline_id: int) -> Pipeline:
@@ -115,28 +90,6 @@ def bump(pipeline: Pipeline, update_fields: list[str] | None = None) -> None:
     PipelineRevision.objects.create(
         pipeline=pipeline, version=pipeline.version, config=snapshot(pipeline)
     )
-
-
-def audit(
-    *, actor, action: str, pipeline=None, node=None, before=None, after=None, reason="", at=None
-):
-    """One audit event (`at`: its time, for events that are one change seen from two
-    pipelines, such as a move); its chart marker goes to the open pages after commit."""
-    user, label = actor_of(actor)
-    event = AuditEvent.objects.create(
-        actor=user,
-        actor_label=label,
-        action=action,
-        pipeline=pipeline,
-        node=node,
-        before=before or {},
-        after=after or {},
-        reason=reason or "",
-        **({"created_at": at} if at is not None else {}),
-    )
-    if pipeline is not None or node is not None:
-        transaction.on_commit(partial(_committed, event))  # its marker, on the open pages
-    return event
 
 
 def changed(before: dict, after: dict) -> tuple[dict, dict]:

@@ -1,6 +1,6 @@
 """Draft/target compatibility: both must map token ids to the same strings.
 
-Reimplements the engine's ``tokenizer_hash`` (inference/engine/tokenizer.py) with json and
+Reimplements the engine's ``tokenizer_hash`` (inference/text/tokenizer.py) with json and
 hashlib only, so the web process checks compatibility without importing tokenizers or torch:
 sha256 over the (token, id) pairs of the vocabulary plus added tokens, sorted by id.
 """

@@ -34,6 +34,14 @@ def models_dir() -> Path:
     return Path(settings.DATA_DIR) / "models"
 
 
+def model_dir(ref: str) -> Path:
+    """Where a model reference points, unchecked (a reference a pipeline already holds, so
+    `resolve` accepted it): a directory under DATA_DIR/models, or an absolute path. Used by
+    the node workers (loading) and the control plane alike."""
+    path = Path(ref)
+    return path if path.is_absolute() else models_dir() / ref
+
+
 def known_paths() -> list[Path]:
     return [Path(p).resolve() for p in settings.MODEL_PATHS]
 

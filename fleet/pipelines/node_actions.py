@@ -17,6 +17,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from fleet.audit.services import audit
 from fleet.nodes.choices import NodeState
 from fleet.nodes.models import Node, NodeConflict
 from fleet.nodes.services import node_transition, registry_changed_after_commit
@@ -65,7 +66,7 @@ def node_place(
         before = {}
         placement = Placement.objects.create(pipeline=pipeline, node=node, role=role)
     bookkeeping.bump(pipeline)
-    bookkeeping.audit(
+    audit(
         actor=actor,
         action="place",
         pipeline=pipeline,
@@ -119,7 +120,7 @@ def node_move(
     # one time, so the node's own page shows it once
     at = timezone.now()
     for pipeline in (source, dest):
-        bookkeeping.audit(
+        audit(
             actor=actor,
             action="move",
             pipeline=pipeline,
@@ -149,7 +150,7 @@ def node_unplace(
     role = current.role
     current.delete()
     bookkeeping.bump(pipeline)
-    bookkeeping.audit(
+    audit(
         actor=actor,
         action="unplace",
         pipeline=pipeline,
@@ -183,7 +184,7 @@ def _node_state_action(
     if pipeline is not None:
         bookkeeping.bump(pipeline)
         bookkeeping.push_after_commit(pipeline.pk)
-    bookkeeping.audit(
+    audit(
         actor=actor,
         action=action,
         pipeline=pipeline,

@@ -22,7 +22,8 @@ from django.db.models import F
 from redis.exceptions import RedisError
 
 from fleet.logs import Throttled
-from fleet.pipelines.models import ConfigPush
+from fleet.pipelines import signals
+from fleet.pipelines.models import ConfigPush, Pipeline
 
 logger = logging.getLogger(__name__)
 _throttled = Throttled(logger, every_s=30.0)
@@ -39,15 +40,22 @@ def record(pipeline_id: int, node_ids: list[int] | None = None) -> None:
     transaction.on_commit(partial(deliver, push.pk))
 
 
+def push_config(pipeline_id: int, node_ids: list[int] | None = None) -> None:
+    """Sends the committed configuration to the running workers: `signals.config_committed`,
+    whose receiver is the data plane's (this app never imports it). To every placed node,
+    or to `node_ids`."""
+    pipeline = Pipeline.objects.filter(pk=pipeline_id).first()
+    if pipeline is not None:
+        signals.config_committed.send(sender=Pipeline, pipeline=pipeline, node_ids=node_ids)
+
+
 def deliver(push_id: int) -> bool:
     """Send one pending push; True once it is delivered (or was, by another attempt)."""
-    from fleet.pipelines import bookkeeping  # its push_config: looked up at call time
-
     push = ConfigPush.objects.filter(pk=push_id).first()
     if push is None:
         return True
     try:
-        bookkeeping.push_config(push.pipeline_id, push.node_ids)
+        push_config(push.pipeline_id, push.node_ids)
     except (RedisError, OSError) as exc:
         error = f"{type(exc).__name__}: {exc}"[:200]
         ConfigPush.objects.filter(pk=push_id).update(attempts=F("attempts") + 1, last_error=error)

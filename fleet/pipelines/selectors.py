@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from django.db.models import Count, Prefetch, Q, QuerySet
 
+from fleet.audit.models import AuditEvent
 from fleet.nodes.choices import NodeState
 from fleet.nodes.models import Node
-from fleet.pipelines.models import AuditEvent, Pipeline, PipelineRevision, Placement
+from fleet.pipelines.models import Pipeline, PipelineRevision, Placement
 
 
 def pipeline_queryset() -> QuerySet[Pipeline]:

@@ -21,6 +21,7 @@ import logging
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from fleet.audit.services import audit
 from fleet.pipelines import bookkeeping
 from fleet.pipelines.bookkeeping import snapshot  # noqa: F401  (re-exported)
 from fleet.pipelines.models import CONFIG_FIELDS, DrafterKind, Pipeline, PipelineRevision
@@ -66,9 +67,7 @@ def pipeline_create(
     PipelineRevision.objects.create(
         pipeline=pipeline, version=pipeline.version, config=bookkeeping.snapshot(pipeline)
     )
-    bookkeeping.audit(
-        actor=actor, action="create", pipeline=pipeline, after=pipeline.config(), reason=reason
-    )
+    audit(actor=actor, action="create", pipeline=pipeline, after=pipeline.config(), reason=reason)
     bookkeeping.push_after_commit(pipeline.pk)
     return pipeline
 
@@ -105,9 +104,7 @@ def pipeline_update(
     bookkeeping.bump(
         pipeline, list(changes) + (["draft_model"] if "drafter_kind" in changes else [])
     )
-    bookkeeping.audit(
-        actor=actor, action=action, pipeline=pipeline, before=b, after=a, reason=reason
-    )
+    audit(actor=actor, action=action, pipeline=pipeline, before=b, after=a, reason=reason)
     bookkeeping.push_after_commit(pipeline.pk)
     return pipeline
 
@@ -197,7 +194,7 @@ def pipeline_rollback(
     check_power(pipeline, placed_power_w(pipeline))
     b, a = bookkeeping.changed(before, pipeline.config())
     bookkeeping.bump(pipeline, list(restored))
-    bookkeeping.audit(
+    audit(
         actor=actor,
         action="rollback",
         pipeline=pipeline,

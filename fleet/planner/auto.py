@@ -20,7 +20,8 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from fleet.accounts.errors import Conflict
-from fleet.pipelines.models import AuditEvent, Pipeline
+from fleet.audit.models import AuditEvent
+from fleet.pipelines.models import Pipeline
 from fleet.pipelines.services import PLANNER, pipeline_set_k_policy
 from fleet.planner import services, verification
 from fleet.planner.models import ApplyCheck

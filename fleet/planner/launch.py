@@ -1,4 +1,4 @@
-"""The small simulated fleet as a child of `manage.py up` (see fleet/launcher.py
+"""The small simulated fleet as a child of `manage.py up` (see fleet/runtime/launcher.py
 CHILD_FACTORIES), so the console shows a living fleet from the first minute.
 
 TANDEM_SIMULATOR=0 turns it off; TANDEM_SIMULATOR_NODES / TANDEM_SIMULATOR_PIPELINES size it.
@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 
 from fleet.env import env_bool, env_int
-from fleet.launcher import ChildSpec
+from fleet.runtime.children import ChildSpec
 
 
 def simulator_children(settings) -> list[ChildSpec]:

@@ -18,7 +18,7 @@ class ApplyCheck(models.Model):
         "pipelines.Pipeline", on_delete=models.CASCADE, related_name="apply_checks"
     )
     event = models.ForeignKey(
-        "pipelines.AuditEvent", null=True, on_delete=models.SET_NULL, related_name="+"
+        "audit.AuditEvent", null=True, on_delete=models.SET_NULL, related_name="+"
     )
     what = models.CharField(max_length=20)  # k_policy | split
     # what to put back: {"k_policy": {...}} or {"roles": [[node id, role], ...]}

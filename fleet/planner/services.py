@@ -13,8 +13,9 @@ from typing import Any, Literal, TypedDict
 
 from django.core.exceptions import ValidationError
 
+from fleet.audit.models import AuditEvent
 from fleet.pipelines import services as pipeline_services
-from fleet.pipelines.models import AuditEvent, DrafterKind, Pipeline, Placement, PlacementRole
+from fleet.pipelines.models import DrafterKind, Pipeline, Placement, PlacementRole
 from fleet.pipelines.policy import PolicyError, validate_policy
 from fleet.pipelines.services import allowed_roles
 from fleet.planner import measurements, verification

@@ -20,9 +20,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from fleet.accounts.errors import Conflict
-from fleet.pipelines import bookkeeping
+from fleet.audit.models import AuditEvent
+from fleet.audit.services import audit
 from fleet.pipelines import services as pipeline_services
-from fleet.pipelines.models import AuditEvent, Pipeline
+from fleet.pipelines.models import Pipeline
 from fleet.pipelines.services import PLANNER
 from fleet.planner import measurements
 from fleet.planner.models import ApplyCheck
@@ -125,7 +126,7 @@ def _close(check: ApplyCheck, state: str, measured: float | None, verdict: str) 
     check.state, check.measured_goodput_tps, check.verdict = state, measured, verdict
     check.checked_at = timezone.now()
     check.save(update_fields=["state", "measured_goodput_tps", "verdict", "checked_at"])
-    bookkeeping.audit(
+    audit(
         actor=PLANNER,
         action="apply_verified",
         pipeline=check.pipeline,

@@ -1,6 +1,6 @@
 """The aggregator's synchronous core: parsing and admitting signed samples, the sliding live
 windows per node, the per-shard partial a tick reports to the merge, the node snapshot fields,
-and the 10 s / 5 min rollup figures.
+and the 10 s / 5 min rollup buckets (`rollup_buckets`, node state in `node_live`).
 
 One aggregator process owns some shards of the fleet (`owned`; None: all of them) and keeps
 the state of their nodes only. `partial()` is what it reports each tick; `merge.Merge` turns
@@ -18,31 +18,29 @@ import logging
 import math
 import time
 from collections import Counter, deque
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 from fleet.telemetry import admission, canonical, payloads
 from fleet.telemetry.accumulators import Acc, derive
 from fleet.telemetry.ingest import SHARDS, Verifier, unpack
 from fleet.telemetry.merge import (
-    FLEET_ALL,
-    FLEET_REAL,
-    FLEET_SIMULATED,
     ROLLUP_S,
     Merge,
     aged,
     compose_row,
-    measured,
-    newer,
 )
+from fleet.telemetry.node_live import NodeLive, node_figures, node_totals
 from fleet.telemetry.registry import Registry
+from fleet.telemetry.rollup_buckets import (
+    RollupBuckets,
+    bucket_of,
+    long_bucket_of,
+)
 from fleet.telemetry.samples import InvalidSample
 
 log = logging.getLogger("fleet.telemetry.aggregator")  # one logger for the whole aggregator
 
 LIVE_WINDOW_S = 5.0
 STALE_AFTER_S = 10.0
-ROLLUP_LONG_S = 300
 PENDING_MAX = 20_000
 SNAPSHOT_FULL_S = 10.0  # every node's snapshot field is rewritten at least this often
 SNAPSHOT_SLICE_MAX = 150  # ... unless that is more than this many a tick (then less often)
@@ -50,37 +48,7 @@ SNAPSHOT_MIN_S = 10.0  # and a changed one at most this often (the node page has
 FULL_ROWS_S = 5.0  # every node's figure row goes to the merge at least this often
 
 
-@dataclass
-class NodeLive:
-    window: deque = field(default_factory=deque)  # (arrival, expires, sample)
-    live: Acc = field(default_factory=Acc)
-    total: Acc = field(default_factory=Acc)  # closed buckets since the start (+ bucket)
-    bucket: Acc = field(default_factory=Acc)  # current 10 s rollup bucket
-    long: Acc = field(default_factory=Acc)  # current 5 min rollup bucket
-    last: dict | None = None
-    last_arrival: float = 0.0
-    dirty: bool = True  # the window changed since `fig` was computed
-    fig: list | None = None  # the row figures (merge.POWER ...), None: no live samples
-    stats: dict | None = None  # derive(live), computed when asked (`Aggregation.stats_of`)
-    stats_fresh: bool = False
-    last_measured: dict | None = None  # LastMeasured without age_s
-    written_at: float = -math.inf  # its snapshot field
-    snap_dirty: bool = True  # its figures or facts changed since that was written
-
-
-def _now_iso(ts: float) -> datetime:
-    return datetime.fromtimestamp(ts, tz=UTC)
-
-
-def _bucket_of(ts: float) -> float:
-    return math.floor(ts / ROLLUP_S) * ROLLUP_S
-
-
-def _long_bucket_of(ts: float) -> float:
-    return math.floor(ts / ROLLUP_LONG_S) * ROLLUP_LONG_S
-
-
-class Aggregation:
+class Aggregation(RollupBuckets):
     """The aggregator's state and arithmetic, without the loop: feed it stream entries
     (`ingest_entry`), ask it what a tick reports (`partial`, or `build` for everything) and
     which rollups are due (`close_buckets`). Clock-injected: every method takes `now`."""
@@ -100,8 +68,8 @@ class Aggregation:
         # replay (a predecessor's pending entries; samples published before the first
         # aggregator) covers its buckets whole, as no earlier owner closed them.
         self.observed_from = self.started
-        self.bucket_start = _bucket_of(self.started)
-        self.long_start = _long_bucket_of(self.started)
+        self.bucket_start = bucket_of(self.started)
+        self.long_start = long_bucket_of(self.started)
         # samples that arrived in an already closed bucket (re-read after a takeover):
         # bucket start -> node id -> Acc, closed on the next close_buckets
         self.late: dict[float, dict[int, Acc]] = {}
@@ -234,7 +202,7 @@ class Aggregation:
         if state is None:
             state = self.nodes[node_id] = NodeLive()
         if now < self.observed_from:
-            self.observed_from = _bucket_of(now)
+            self.observed_from = bucket_of(now)
         expires = now + max(LIVE_WINDOW_S, 2.0 * sample["interval_s"])
         state.stats_fresh = False
         if expires > self.clock():  # a re-read old sample feeds rollups only
@@ -244,7 +212,7 @@ class Aggregation:
             state.bucket.add_sample(sample)
         else:  # re-read after a takeover (late), or read before its bucket opened (ahead)
             aside = self.late if now < self.bucket_start else self.ahead
-            accs = aside.setdefault(_bucket_of(now), {})
+            accs = aside.setdefault(bucket_of(now), {})
             acc = accs.get(node_id)
             if acc is None:
                 accs[node_id] = acc = Acc()
@@ -284,7 +252,7 @@ class Aggregation:
         if live.empty:
             fig = None
         else:
-            fig = _figures(live)
+            fig = node_figures(live)
         if last is not None:
             if fig is None:
                 fig = [None] * 6
@@ -432,228 +400,4 @@ class Aggregation:
     def _totals(self, nid: int, state: NodeLive) -> dict:
         """Counters since the start: closed buckets, the open one and those set aside."""
         aside = [accs[nid] for accs in (*self.late.values(), *self.ahead.values()) if nid in accs]
-        return _totals(state, *aside)
-
-    # --- rollups ------------------------------------------------------------------------------
-    def close_shard_buckets(self, now: float) -> tuple[list[dict], list[tuple]]:
-        """Close every bucket that ended before `now`: (node rollup rows, shard sums), the sums
-        as (resolution, start, field, span, {pipeline id | None: Acc}) for the leader, one per
-        owned shard and bucket (5 min sums per 10 s bucket, so a rebuilt one replaces itself)."""
-        rows: list[dict] = []
-        sums: list[tuple] = []
-        for start in sorted(self.late):
-            late = self.late.pop(start)
-            if start >= self.bucket_start:  # not closed yet after all: fold it in
-                for nid, acc in late.items():
-                    if nid in self.nodes:
-                        self.nodes[nid].bucket.add(acc)
-                continue
-            rows += self._close(ROLLUP_S, start, late, sums)
-            same_long = _long_bucket_of(start) == self.long_start
-            for nid, acc in late.items():  # counted as the open bucket is when it closes
-                state = self.nodes.get(nid)
-                if state is not None:
-                    state.total.add(acc)
-                    if same_long:
-                        state.long.add(acc)
-        if now < self.bucket_start + ROLLUP_S:
-            return rows, sums
-        buckets = {nid: state.bucket for nid, state in self.nodes.items() if not state.bucket.empty}
-        rows += self._close(ROLLUP_S, self.bucket_start, buckets, sums)
-        for state in self.nodes.values():
-            state.long.add(state.bucket)
-            state.total.add(state.bucket)
-            state.bucket = Acc()
-        self.bucket_start = _bucket_of(now)
-        for start in [s for s in self.ahead if s <= self.bucket_start]:
-            accs = self.ahead.pop(start)
-            if start < self.bucket_start:  # skipped over (a stall): closes as a late bucket
-                self.late[start] = accs
-                continue
-            for nid, acc in accs.items():
-                if nid in self.nodes:
-                    self.nodes[nid].bucket.add(acc)
-        if now >= self.long_start + ROLLUP_LONG_S:
-            longs = {nid: state.long for nid, state in self.nodes.items() if not state.long.empty}
-            span = self._span(ROLLUP_LONG_S, self.long_start)
-            when = _now_iso(self.long_start)
-            if span > 0:
-                rows += [
-                    _rollup("node", nid, ROLLUP_LONG_S, when, rollup_data(acc, span))
-                    for nid, acc in longs.items()
-                ]
-            for state in self.nodes.values():
-                state.long = Acc()
-            self.long_start = _long_bucket_of(now)
-        return rows, sums
-
-    def _span(self, resolution: int, start: float) -> float:
-        return start + resolution - max(start, self.observed_from)
-
-    def _close(self, resolution: int, start: float, accs: dict, sums: list) -> list[dict]:
-        span = self._span(resolution, start)
-        if span <= 0:
-            return []
-        when = _now_iso(start)
-        rows = []
-        by_shard: dict[int, dict] = {s: {} for s in (self.owned or range(SHARDS))}
-        reg = self.registry
-        for nid, acc in accs.items():
-            data = rollup_data(acc, span)
-            rows.append(_rollup("node", nid, resolution, when, data))
-            info = reg.nodes.get(nid)
-            pid = info.pipeline_id if info else None
-            state = self.nodes.get(nid)
-            if state is not None and resolution == ROLLUP_S:  # its last measured acceptance
-                state.last_measured = newer(state.last_measured, measured(data, start + resolution))
-            last = state.last if state is not None else None
-            sim = bool((info and info.simulated) or (last or {}).get("simulated"))
-            sums_of = by_shard.setdefault(nid % SHARDS, {})
-            if (pid, sim) not in sums_of:
-                sums_of[(pid, sim)] = Acc()
-            sums_of[(pid, sim)].add(acc)
-        long_start = _long_bucket_of(start)
-        for shard, groups in by_shard.items():
-            sums.append((resolution, start, str(shard), span, groups))
-            sums.append((ROLLUP_LONG_S, long_start, f"{shard}:{int(start)}", span, groups))
-        return rows
-
-    def close_buckets(self, now: float) -> list[dict]:
-        """Rollup rows for every bucket that ended before `now` (dicts of Rollup fields), the
-        pipeline and fleet ones summed in-process (this process owning every shard)."""
-        rows, sums = self.close_shard_buckets(now)
-        ten = [(start, span, groups) for res, start, _, span, groups in sums if res == ROLLUP_S]
-        for start, span, groups in _by_start(ten):
-            rows += scope_rollups(ROLLUP_S, start, span, groups)
-            self._long_acc.setdefault(_long_bucket_of(start), []).extend(groups)
-        for long_start in [s for s in self._long_acc if s + ROLLUP_LONG_S <= now]:
-            merged: dict = {}
-            for groups in self._long_acc.pop(long_start):
-                _add_groups(merged, groups)
-            span = self._span(ROLLUP_LONG_S, long_start)
-            if span > 0:
-                rows += scope_rollups(ROLLUP_LONG_S, long_start, span, [merged])
-        self.merge.observe_rollups(rows)
-        return rows
-
-
-def covered_span(spans: dict[bytes | str, float]) -> float:
-    """The seconds a scope rollup bucket covers, from its shard fields' spans (Redis hash
-    fields, `_close`): a 10 s bucket's fields ("<shard>") cover the same seconds, the longest
-    counts (an owner that started mid-bucket saw less); a 5-minute bucket's fields
-    ("<shard>:<10 s start>") are per 10 s bucket, whose spans add up. (Taking the longest of
-    those divided five minutes of energy by ten seconds: a 30x overstated power.)"""
-    per_bucket: dict[str, float] = {}
-    for key, span in spans.items():
-        name = key.decode() if isinstance(key, bytes) else key
-        ten_s = name.partition(":")[2]
-        per_bucket[ten_s] = max(per_bucket.get(ten_s, 0.0), span)
-    return sum(per_bucket.values())
-
-
-def _by_start(items: list) -> list[tuple[float, float, list]]:
-    out: dict[float, tuple[float, list]] = {}
-    for start, span, groups in items:
-        held = out.setdefault(start, (span, []))
-        held[1].append(groups)
-    return [(start, span, groups) for start, (span, groups) in sorted(out.items())]
-
-
-def _add_groups(into: dict, groups: dict) -> None:
-    for pid, acc in groups.items():
-        if pid not in into:
-            into[pid] = Acc()
-        into[pid].add(acc)
-
-
-def scope_rollups(resolution: int, start: float, span: float, shard_groups: list) -> list[dict]:
-    """Pipeline and fleet rollup rows of one bucket from the shards' {(pipeline, simulated):
-    Acc} sums: one row per pipeline; the fleet's for all nodes, the real and the simulated."""
-    merged: dict = {}
-    for groups in shard_groups:
-        _add_groups(merged, groups)
-    when = _now_iso(start)
-    rows = []
-    pipes: dict[int, Acc] = {}
-    by_class = {False: Acc(), True: Acc()}  # real and simulated nodes apart
-    for (pid, sim), acc in merged.items():
-        if acc.empty:
-            continue
-        by_class[bool(sim)].add(acc)
-        if pid is not None:
-            if pid not in pipes:
-                pipes[pid] = Acc()
-            pipes[pid].add(acc)
-    for pid, acc in pipes.items():
-        rows.append(_rollup("pipeline", pid, resolution, when, rollup_data(acc, span)))
-    fleet = by_class[False].copy()
-    fleet.add(by_class[True])
-    if not fleet.empty:
-        rows.append(_rollup("fleet", FLEET_ALL, resolution, when, rollup_data(fleet, span)))
-    for simulated, acc in by_class.items():
-        if not acc.empty:
-            scope_id = FLEET_SIMULATED if simulated else FLEET_REAL
-            rows.append(_rollup("fleet", scope_id, resolution, when, rollup_data(acc, span)))
-    return rows
-
-
-def _figures(acc: Acc) -> list:
-    """The row figures of a node's window, as derive() computes them (power_w, src, util,
-    batch, tps, acc), without the rest of derive()'s work."""
-    span = acc.dur if acc.dur > 1e-9 else 0.0
-    steps = sum(acc.batch_hist.values())
-    batch = (
-        round(sum(size * count for size, count in acc.batch_hist.items()) / steps, 2)
-        if steps > 0
-        else None
-    )
-    return [
-        round(acc.power_int / span, 1) if span else None,
-        None,  # src: the last sample's, filled in by _refresh
-        round(acc.util_int / acc.dur, 3) if acc.dur > 0 else None,
-        batch,
-        round(acc.gen_tokens / span, 2) if span else None,
-        round(acc.accepted / acc.draft_tokens, 4) if acc.draft_tokens > 0 else None,
-    ]
-
-
-def _totals(state: NodeLive, *open_accs: Acc) -> dict:
-    t = state.total.copy()
-    for acc in (state.bucket, *open_accs):
-        t.add(acc)
-    last = state.last or {}
-    return {
-        "num_drafts": t.drafts,
-        "num_draft_tokens": t.draft_tokens,
-        "num_accepted_tokens": t.accepted,
-        "num_accepted_tokens_per_pos": t.per_pos,
-        "num_draft_tokens_per_pos": t.per_pos_drafts,
-        "generation_tokens": t.gen_tokens,
-        "ttft_hist": t.ttft_hist,
-        "ttft_sum": t.ttft_sum,
-        "itl_hist": t.itl_hist,
-        "itl_sum": t.itl_sum,
-        "energy_draft_j": t.energy_draft,
-        "energy_verify_j": t.energy_verify,
-        "power_w": last.get("power_w"),
-        "power_source": last.get("power_source"),
-        "running": last.get("num_requests_running"),
-        "waiting": last.get("num_requests_waiting"),
-        "utilization": last.get("utilization"),
-    }
-
-
-def rollup_data(acc: Acc, span: float) -> dict:
-    """A rollup row's figures: derive()'s, and the draft rounds they rest on (`drafts`: how
-    much a bucket's acceptance says, `merge.measured`)."""
-    return {**derive(acc, span), "drafts": round(acc.drafts, 1)}
-
-
-def _rollup(scope: str, scope_id: int, resolution: int, start: datetime, data: dict) -> dict:
-    return {
-        "scope": scope,
-        "scope_id": scope_id,
-        "resolution_s": resolution,
-        "start": start,
-        "data": data,
-    }
+        return node_totals(state, *aside)

@@ -17,7 +17,8 @@ the services post a notice after commit (`fleet.telemetry.notices`), every aggre
 those nodes, without waiting for the full registry refresh (REGISTRY_REFRESH_S).
 
 The core (`ingest_entry`, `partial`, `close_shard_buckets`; `merge.Merge`) is synchronous and
-clock-injected, in `aggregation.py` and `merge.py`, so tests drive it directly.
+clock-injected, in `aggregation.py` and `merge.py`, so tests drive it directly; writing the
+rollups it closes is `rollup_writer.py`.
 """
 
 from __future__ import annotations
@@ -35,15 +36,10 @@ from asgiref.sync import sync_to_async
 from fleet.logs import Throttled
 from fleet.redis_clients import REFRESH_LEADER_LOCK
 from fleet.telemetry import feed, notices, partials, payloads, shards
-from fleet.telemetry.aggregation import (
-    ROLLUP_LONG_S,
-    ROLLUP_S,
-    Aggregation,
-    covered_span,
-    scope_rollups,
-)
+from fleet.telemetry.aggregation import Aggregation
 from fleet.telemetry.ingest import SHARDS, STREAMS
 from fleet.telemetry.registry import Registry, load_nodes, load_registry
+from fleet.telemetry.rollup_writer import RollupWriter, entry_time, prune_rollups, spawn
 from fleet.telemetry.snapshot import INTEREST_KEY, LIVE_KEY
 
 log = logging.getLogger(__name__)
@@ -52,20 +48,9 @@ LEADER_KEY = "tandem:aggregator:leader"
 LEADER_TTL_MS = 6000
 REGISTRY_REFRESH_S = 30.0  # the full reload; state changes come as notices in between
 READ_BATCH = 4000  # entries per read over all owned shards: a tick is never late by much
-CLOSE_GRACE_S = 1.0  # a bucket closes this long after its end once the reader caught up
-CLOSE_LATEST_S = 5.0  # ... and at the latest this long after it, caught up or not
-SCOPE_GRACE_S = 8.0  # the leader waits this long for every shard's sums of a bucket
-# Acknowledged entries kept this long before the trim (for inspection; Redis holds about
-# (10 s open bucket + this) x the sample rate x ~0.7 KB: ~200 MB at 10,000 nodes)
-TRIM_KEEP_MS = 20_000
 
 
-def _entry_time(entry_id) -> float:
-    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
-    return int(text.split("-", 1)[0]) / 1000.0
-
-
-class Aggregator(Aggregation):
+class Aggregator(Aggregation, RollupWriter):
     """The core in its loop: owns shards, reports partials; the leader merges and sends."""
 
     def __init__(self, *, tick_s: float = 0.5, clock=time.time, registry: Registry | None = None):
@@ -148,7 +133,7 @@ class Aggregator(Aggregation):
                     for entry_id, fields in entries:
                         ids.append(entry_id)
                         if fields:
-                            self.ingest_entry(fields, now=_entry_time(entry_id))
+                            self.ingest_entry(fields, now=entry_time(entry_id))
                 self._caught_up = not full
             else:
                 await asyncio.sleep(block_ms / 1000)
@@ -183,7 +168,7 @@ class Aggregator(Aggregation):
             if now >= next_prune:
                 next_prune = now + 60.0
                 if self.leading:
-                    _spawn(background, sync_to_async(prune_rollups)())
+                    spawn(background, sync_to_async(prune_rollups)())
                     await r.zremrangebyscore(INTEREST_KEY, "-inf", now)
 
     def _apply(self, done: asyncio.Future, apply) -> None:
@@ -226,7 +211,7 @@ class Aggregator(Aggregation):
             for entry_id, fields in entries:
                 ids.append(entry_id)
                 if fields:
-                    self.ingest_entry(fields, now=_entry_time(entry_id))
+                    self.ingest_entry(fields, now=entry_time(entry_id))
             if not entries or start in (b"0-0", "0-0"):
                 return
 
@@ -311,83 +296,6 @@ class Aggregator(Aggregation):
                     out.append(partial)
         return out
 
-    # --- rollups --------------------------------------------------------------------------------
-    async def _close_due(self, r, now: float, background: set) -> None:
-        """Close due buckets: node rows to the database, the shards' sums to Redis for the
-        leader; then acknowledge (and trim) what those rollups cover."""
-        end = self.bucket_start + ROLLUP_S
-        if not self.late and not (
-            now >= end + CLOSE_LATEST_S or (now >= end + CLOSE_GRACE_S and self._caught_up)
-        ):
-            if self.leading:
-                await self._write_scopes(r, now, background)
-            return
-        boundary_ms = int(self.bucket_start + ROLLUP_S) * 1000 if now >= end else None
-        rows, sums = self.close_shard_buckets(now)
-        pipe = r.pipeline(transaction=False)
-        for resolution, start, field, span, groups in sums:
-            key = partials.rollup_key(resolution, start)
-            pipe.hset(key, field, partials.encode_rollup(span, groups))
-            pipe.expire(key, partials.ROLLUP_TTL_S)
-        await pipe.execute()
-        acks = self._acks(boundary_ms) if boundary_ms is not None else {}
-        _spawn(background, self._write_then_ack(r, rows, acks, boundary_ms))
-        if self.leading:
-            await self._write_scopes(r, now, background)
-
-    def _acks(self, boundary_ms: int) -> dict[int, list]:
-        """The entries the closed buckets cover, per shard (taken off `unacked`)."""
-        out = {}
-        for shard, ids in self.unacked.items():
-            keep = [i for i in ids if _entry_time(i) * 1000 >= boundary_ms]
-            if len(keep) < len(ids):
-                out[shard] = [i for i in ids if _entry_time(i) * 1000 < boundary_ms]
-            self.unacked[shard] = keep
-        return out
-
-    async def _write_then_ack(self, r, rows: list, acks: dict, boundary_ms: int | None):
-        """In the background (a slow database never stalls a tick): the node rollups, THEN
-        the acknowledgement of the entries they cover (a failed write leaves them pending,
-        to be replayed by whoever takes the shard next) and the trim."""
-        if rows:
-            await sync_to_async(write_rollups)(rows)
-        if boundary_ms is None:
-            return
-        pipe = r.pipeline(transaction=False)
-        for shard, ids in acks.items():
-            if shard in (self.owned or ()):
-                pipe.xack(STREAMS[shard], shards.GROUP, *ids)
-        for shard in self.owned or ():
-            pipe.xtrim(STREAMS[shard], minid=f"{boundary_ms - TRIM_KEEP_MS}-0", approximate=True)
-        await pipe.execute()
-
-    async def _write_scopes(self, r, now: float, background: set) -> None:
-        """The leader: pipeline and fleet rollups of every bucket whose shard sums are all in
-        (or SCOPE_GRACE_S after its end)."""
-        rows: list[dict] = []
-        for resolution, expected in ((ROLLUP_S, SHARDS), (ROLLUP_LONG_S, None)):
-            last = math.floor(now / resolution) * resolution - resolution
-            for start in [last - i * resolution for i in range(6 if expected else 2)]:
-                if (resolution, start) in self._scopes_done or now < start + resolution:
-                    continue
-                key = partials.rollup_key(resolution, start)
-                got = await r.hgetall(key)
-                complete = expected is not None and len(got) >= expected
-                if not (complete or now >= start + resolution + SCOPE_GRACE_S):
-                    continue
-                self._scopes_done.add((resolution, start))
-                if not got:
-                    continue
-                decoded = {field: partials.decode_rollup(raw) for field, raw in got.items()}
-                span = covered_span({field: span for field, (span, _) in decoded.items()})
-                rows += scope_rollups(resolution, start, span, [g for _, g in decoded.values()])
-                await r.delete(key)
-        if len(self._scopes_done) > 100:
-            self._scopes_done = {k for k in self._scopes_done if k[1] > now - 900}
-        if rows:
-            self.merge.observe_rollups(rows)  # the last measured acceptance the pages show
-            _spawn(background, sync_to_async(write_rollups)(rows))
-
 
 def publish(owner, r, layer, built: dict, interested: set[str], now: float) -> list:
     """THE publishing point of a merged tick (the leader's): one message per websocket group
@@ -421,18 +329,6 @@ async def _tail(r, stream: str) -> bytes | str:
     return last[0][0] if last else "0-0"
 
 
-def _spawn(tasks: set, coro) -> None:
-    task = asyncio.ensure_future(coro)
-    tasks.add(task)
-    task.add_done_callback(tasks.discard)
-    task.add_done_callback(_log_failure)
-
-
-def _log_failure(task: asyncio.Task) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.error("aggregator background job failed", exc_info=task.exception())
-
-
 def _fresh(load):
     def call(*args):
         from django.db import close_old_connections
@@ -441,21 +337,3 @@ def _fresh(load):
         return load(*args)
 
     return call
-
-
-def write_rollups(rows: list[dict]) -> int:
-    from django.db import close_old_connections
-
-    from fleet.telemetry.rollups import write
-
-    close_old_connections()
-    return write(rows)
-
-
-def prune_rollups() -> int:
-    from django.db import close_old_connections
-
-    from fleet.telemetry.rollups import prune
-
-    close_old_connections()
-    return prune()

@@ -6,7 +6,7 @@ class TelemetryConfig(AppConfig):
     label = "telemetry"
 
     def ready(self) -> None:
-        from fleet.pipelines.signals import change_committed
+        from fleet.audit.signals import change_committed
         from fleet.telemetry.changes import on_change_committed
 
         change_committed.connect(on_change_committed, dispatch_uid="telemetry.change-markers")

@@ -12,7 +12,7 @@ import threading
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
-from fleet.pipelines.audit_diff import describe_change
+from fleet.audit.diff import describe_change
 from fleet.telemetry import payloads
 from fleet.telemetry.registry import pipeline_config
 
@@ -41,7 +41,7 @@ def message_of(event) -> payloads.ConfigChange:
 
 
 def on_change_committed(sender, *, event, **kwargs) -> None:
-    """Receiver of `fleet.pipelines.signals.change_committed` (connected in apps.py)."""
+    """Receiver of `fleet.audit.signals.change_committed` (connected in apps.py)."""
     message = message_of(event)
     groups = []
     if message["pipeline"] is not None:

@@ -36,13 +36,14 @@ from collections.abc import Iterable
 
 import redis as redis_lib
 
+from fleet.nodes.redis_keys import TELEMETRY_STREAM
 from fleet.nodes.signing import signing_key as signing_key  # re-exported for publishers
 from fleet.nodes.signing import token_key
 from fleet.redis_clients import client as client  # re-exported: telemetry's publishers
 from fleet.redis_clients import redis_url as redis_url
 from fleet.telemetry.samples import normalize
 
-STREAM = "tandem:telemetry"  # the prefix of the shard streams
+STREAM = TELEMETRY_STREAM  # the prefix of the shard streams (named with the node keys)
 SHARDS = 16
 STREAM_MAXLEN = 50_000  # per shard; aggregators trim acknowledged entries well before this
 STREAMS: tuple[str, ...] = tuple(f"{STREAM}:{i}" for i in range(SHARDS))

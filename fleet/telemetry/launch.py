@@ -1,4 +1,4 @@
-"""The aggregators as children of `manage.py up` (see fleet/launcher.py CHILD_FACTORIES):
+"""The aggregators as children of `manage.py up` (see fleet/runtime/launcher.py CHILD_FACTORIES):
 TANDEM_AGGREGATORS processes (default 1; they split the telemetry shards between them)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 from fleet.env import env_int
-from fleet.launcher import ChildSpec
+from fleet.runtime.children import ChildSpec
 
 MAX_AGGREGATORS = 16  # one per shard at most (fleet.telemetry.ingest.SHARDS)
 

@@ -53,7 +53,7 @@ from fleet.telemetry import admission, metrics_vllm
 from fleet.telemetry.ingest import client
 from fleet.telemetry.samples import LATENCY_BUCKETS
 from fleet.telemetry.snapshot import LIVE_KEY
-from inference.dead_letters import LedgerCollector
+from inference.ledger_report import LedgerCollector
 
 LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
 P = "tandem:"

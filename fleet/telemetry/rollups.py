@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from django.utils import timezone
 
 from fleet.telemetry.accumulators import K_BATCH_FIELDS
-from fleet.telemetry.aggregation import FLEET_REAL, FLEET_SIMULATED
+from fleet.telemetry.merge import FLEET_REAL, FLEET_SIMULATED
 from fleet.telemetry.models import RETENTION, Rollup
 
 # Figures a chart may ask for (keys of fleet.telemetry.accumulators.derive()).

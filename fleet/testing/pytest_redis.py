@@ -10,7 +10,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from fleet.embedded_redis import EmbeddedRedis
+from fleet.runtime.embedded_redis import EmbeddedRedis
 
 if "TANDEM_DATA_DIR" not in os.environ:
     _data_dir = Path(tempfile.mkdtemp(prefix="tandem-test-"))

@@ -131,11 +131,13 @@ def _add_pipeline(name: str, models: Path, profile) -> tuple[Any, dict, dict[str
     drafter and a verifier node: (pipeline, {role: (node, token)}, worker env)."""
     from fleet.nodes.services import node_register
     from fleet.pipelines.models import Pipeline, Placement
-    from inference.worker.local import PIPELINES
+    from inference.local_pipelines import PIPELINES
+    from inference.worker.local import PREPARE
 
     spec = PIPELINES[name]
-    if not spec.is_prepared(models):
-        spec.prepare(models, print)
+    is_prepared, prepare = PREPARE[name]
+    if not is_prepared(models):
+        prepare(models, print)
     pipeline = Pipeline.objects.create(
         name=f"bench-{name}",
         target_model=str(models / spec.target_model),
@@ -163,8 +165,8 @@ PLANS = {
 
 
 def bench(*, models: Path, plan: str, log=print, pipelines=("demo", "smollm2")) -> dict:
+    from fleet.audit.models import AuditEvent
     from fleet.nodes.models import HardwareProfile
-    from fleet.pipelines.models import AuditEvent
     from inference.selectors import node_inspect
 
     how = PLANS[plan]
@@ -181,7 +183,15 @@ def bench(*, models: Path, plan: str, log=print, pipelines=("demo", "smollm2")) 
     try:
         stack.spawn(
             "web",
-            [sys.executable, "-m", "fleet.web_serve", "--host", "127.0.0.1", "--port", str(port)],
+            [
+                sys.executable,
+                "-m",
+                "fleet.runtime.web_serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ],
         )
         stack.spawn("ledger", [sys.executable, "manage.py", "run_ledger"])
         stack.spawn("aggregator", [sys.executable, "manage.py", "run_aggregator"])

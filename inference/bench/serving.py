@@ -3,7 +3,7 @@ machine, against the same prompts through the engine in one process.
 
 The bench runs in a throw-away data directory with its own embedded Redis and SQLite
 database (`run()` re-executes the command there), starts the web server
-(`fleet.web_serve`), the ledger consumer and two `run_node` workers (one drafter, one
+(`fleet.runtime.web_serve`), the ledger consumer and two `run_node` workers (one drafter, one
 verifier; no database credentials) as subprocesses, and drives clients with httpx: a
 streaming POST /v1/completions each (`--api openai`, the default: what inference teams'
 load tools send), or POST /api/v1/generations then GET .../stream (`--api rest`). Per N it reports
@@ -157,7 +157,7 @@ def bench(
                     sys.executable,
                     *(["-m", "inference.bench.thread_profile", profile] if profile else []),
                     "-m",
-                    "fleet.web_serve",
+                    "fleet.runtime.web_serve",
                     "--host",
                     "127.0.0.1",
                     "--port",
@@ -165,7 +165,7 @@ def bench(
                 ],
             )
         else:  # as `manage.py up` runs them: web servers accepting on one socket
-            from fleet.launcher import adopt_socket_argv
+            from fleet.runtime.children import adopt_socket_argv
 
             listener = socket.create_server(("127.0.0.1", port), backlog=1024)
             listener.set_inheritable(True)

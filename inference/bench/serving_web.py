@@ -1,7 +1,7 @@
 """The web tier alone: `python -m inference.bench.serving_web [--clients 32] [--profile F]`.
 
 The same clients as `bench_serving` (POST /api/v1/generations, then its SSE stream; or
-/v1/completions with `stream`) against the real web server (`fleet.web_serve`; `--server
+/v1/completions with `stream`) against the real web server (`fleet.runtime.web_serve`; `--server
 daphne` for comparison), with the workers replaced by a fake verifier process that answers
 every start with `--rounds` token events of `--per-round` tokens, `--round-ms` apart, then
 done (what a verifier round publishes). No model, no torch: what it measures is the web
@@ -141,8 +141,8 @@ def child(args) -> dict:
         prof = ["-m", "inference.bench.thread_profile", str(Path(args.profile).resolve())]
     elif args.profile:  # every thread, sampled
         prof = ["-m", "inference.bench.sampler", str(Path(args.profile).resolve())]
-    if args.server == "uvicorn":  # the production server (fleet/web_serve.py)
-        server = ["-m", "fleet.web_serve", "--host", "127.0.0.1", "--port", str(port)]
+    if args.server == "uvicorn":  # the production server (fleet/runtime/web_serve.py)
+        server = ["-m", "fleet.runtime.web_serve", "--host", "127.0.0.1", "--port", str(port)]
     else:  # for comparison
         server = ["-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "fleet.asgi:application"]
     web = spawn("web", [sys.executable, *prof, *server])
@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             Path(args.json).write_text(json.dumps(report, indent=2))
         return 0
-    from fleet.embedded_redis import EmbeddedRedis
+    from fleet.runtime.embedded_redis import EmbeddedRedis
 
     with tempfile.TemporaryDirectory(prefix="tandem-webbench-") as tmp:
         redis = EmbeddedRedis(Path(tmp), record=False)

@@ -51,7 +51,7 @@ def demo_pair_dir(models: str | None) -> Path:
 
 
 def run(argv: list[str], *, models: Path, log=print, command: str = "bench_serving") -> int:
-    from fleet.embedded_redis import EmbeddedRedis
+    from fleet.runtime.embedded_redis import EmbeddedRedis
 
     with tempfile.TemporaryDirectory(prefix="tandem-bench-") as tmp:
         redis = EmbeddedRedis(Path(tmp), record=False)
@@ -86,7 +86,7 @@ def run(argv: list[str], *, models: Path, log=print, command: str = "bench_servi
 
 
 class Stack:
-    """The web server (`fleet.web_serve`) + one drafter + one verifier, as subprocesses
+    """The web server (`fleet.runtime.web_serve`) + one drafter + one verifier, as subprocesses
     (killed on exit)."""
 
     def __init__(self, log):

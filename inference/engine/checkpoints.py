@@ -13,8 +13,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from inference.text.tokenizer import Tokenizer
+
 from .config import ModelConfig
-from .tokenizer import Tokenizer
 from .transformer import Transformer, rope_inv_freq
 
 _IGNORED = ("rotary_emb.inv_freq",)

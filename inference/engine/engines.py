@@ -15,6 +15,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from inference.text.tokenizer import Tokenizer
+
 from .counters import SpecCounters
 from .drafters import ModelDrafter, NgramDrafter
 from .graphs import make_runner
@@ -23,7 +25,6 @@ from .logprobs import batch_token_logprobs, prompt_logprobs, token_logprobs
 from .messages import Draft, SeqId, VerifyResult, draft_q
 from .rejection import rejection_sample
 from .sampling import SamplingParams, exp_noise, logits_to_probs, make_generator, sample
-from .tokenizer import Tokenizer
 from .transformer import Transformer, right_pad
 
 

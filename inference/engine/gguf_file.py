@@ -18,9 +18,10 @@ from safetensors.torch import save_file
 from tokenizers import AddedToken, decoders, models, pre_tokenizers
 from tokenizers import Tokenizer as _HFTokenizer
 
+from inference.text.tokenizer import Tokenizer
+
 from .checkpoints import build_model
 from .config import ModelConfig
-from .tokenizer import Tokenizer
 from .transformer import Transformer
 
 _LAYER_NAMES = {

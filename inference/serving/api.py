@@ -309,7 +309,7 @@ def live_output(generation: Generation) -> dict | None:
 class RenderedOnLane:
     """Under ASGI, the response leaves the view rendered, as a plain HttpResponse: Django's
     async handler renders a template response (DRF's Response is one) in a thread hop of
-    its own, one more visit to the sync lane per request (fleet/web_handler.py)."""
+    its own, one more visit to the sync lane per request (fleet/runtime/web_handler.py)."""
 
     def finalize_response(self, request, response, *args, **kwargs):
         response = super().finalize_response(request, response, *args, **kwargs)  # type: ignore[misc]

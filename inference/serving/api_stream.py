@@ -1,7 +1,7 @@
 """`GET /api/v1/generations/<id>/stream`: one generation's events as Server-Sent Events.
 
 Async: an open stream holds no thread. Its checks (key or session, "view", the generation's
-owner or a content grant) take one hop to the read lane (fleet/web_handler.py), which does
+owner or a content grant) take one hop to the read lane (fleet/runtime/web_handler.py), which does
 not queue behind the submits; then it writes every batch of
 events that arrived together (a verifier round's tokens) in one chunk.
 """
@@ -19,7 +19,7 @@ from fleet import redis_clients
 from fleet.accounts.access import can
 from fleet.accounts.principal import Refused, principal_for
 from fleet.raw_models import raw_instances
-from fleet.web_handler import read_lane
+from fleet.runtime.web_handler import read_lane
 from inference import wire
 from inference.models import Generation
 from inference.serving import sse

@@ -5,7 +5,7 @@ Through Django a generating request cost the web process more CPU than everythin
 did for that request: an `ASGIRequest` (its body spooled to a temporary file), the request
 signals, nine middleware, URL resolution, the view's decorator, a `StreamingHttpResponse`
 whose chunks Django's handler re-wrapped one by one. None of it decides anything for these
-two paths. Here a request is: the size and credentials gate (`fleet.web_gate`, in the
+two paths. Here a request is: the size and credentials gate (`fleet.runtime.web_gate`, in the
 handler, as for every request), the body read (bounded by the same gate), the body rules and
 request rules of the Django views (`openai_jobs`: the same functions, so the two cannot
 drift apart), ONE visit to the sync lane (key, pipeline, tokenization, the row), and the
@@ -35,7 +35,8 @@ from redis.exceptions import RedisError
 
 from inference.serving import openai_jobs, openai_stream
 from inference.serving.openai_api import Caller
-from inference.serving.openai_format import OpenAIError, from_request_error
+from inference.serving.openai_errors import OpenAIError
+from inference.serving.openai_format import from_request_error
 from inference.serving.request_rules import RequestError
 
 log = logging.getLogger(__name__)
@@ -124,7 +125,7 @@ def _security_headers(secure: bool) -> tuple[tuple[bytes, bytes], ...]:
 
 
 async def _body(receive) -> bytes | None:
-    """The whole body; None if the client left (or `fleet.web_gate.Bounded` cut it off: the
+    """The whole body; None if the client left (or `fleet.runtime.web_gate.Bounded` cut it off: the
     handler answers 413/408 then)."""
     parts: list[bytes] = []
     while True:
@@ -165,7 +166,7 @@ SSE_HEADERS = [(b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
 
 async def serve(scope, receive, send) -> None:
     """Answer one request that `serves` accepted. Runs inside the handler's lane context
-    (`fleet.web_handler`): `sync_to_async` goes to the request's sync lane."""
+    (`fleet.runtime.web_handler`): `sync_to_async` goes to the request's sync lane."""
     headers = dict(scope.get("headers") or ())
     answer = _Answer(send, _secure(scope, headers))
     raw = await _body(receive)

@@ -32,7 +32,8 @@ from fleet.accounts.access import can
 from fleet.accounts.principal import Refused, principal_for
 from inference import services  # noqa: F401  (tests patch openai_api.services)
 from inference.serving import openai_jobs, openai_stream
-from inference.serving.openai_format import OpenAIError, from_request_error
+from inference.serving.openai_errors import OpenAIError
+from inference.serving.openai_format import from_request_error
 from inference.serving.request_rules import ModelNotFound, RequestError, servable_pipelines
 
 log = logging.getLogger(__name__)

@@ -15,51 +15,15 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from django.http import JsonResponse
-
 from inference.models import Generation
 from inference.serving import openai_spec
+from inference.serving.openai_errors import OpenAIError
 from inference.serving.openai_logprobs import chat_logprobs, completion_logprobs
 from inference.serving.request_rules import ModelNotFound, RequestError
 from inference.serving.tokenization import ModelTokenizer
 
 if TYPE_CHECKING:
     from inference.serving.openai_request import Options
-
-
-class OpenAIError(Exception):
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        type: str = "invalid_request_error",
-        param: str | None = None,
-        code: str | None = None,
-        headers: dict[str, str] | None = None,
-    ):
-        super().__init__(message)
-        self.headers = headers or {}
-        self.status, self.message, self.type, self.param, self.code = (
-            status,
-            message,
-            type,
-            param,
-            code,
-        )
-
-    def body(self) -> dict:
-        return {
-            "error": {
-                "message": self.message,
-                "type": self.type,
-                "param": self.param,
-                "code": self.code,
-            }
-        }
-
-    def response(self) -> JsonResponse:
-        return JsonResponse(self.body(), status=self.status, headers=self.headers)
 
 
 def from_request_error(exc: RequestError) -> OpenAIError:

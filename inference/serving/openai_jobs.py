@@ -18,7 +18,8 @@ from django.db import transaction
 from fleet.guard.body_rules import InputError, load_json
 from inference import services
 from inference.serving import readiness
-from inference.serving.openai_format import Choice, Job, OpenAIError
+from inference.serving.openai_errors import OpenAIError
+from inference.serving.openai_format import Choice, Job
 from inference.serving.openai_request import (
     Options,
     common_options,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from inference.serving.openai_format import OpenAIError
+from inference.serving.openai_errors import OpenAIError
 
 CHAT_ROLES = {"system", "developer", "user", "assistant"}
 

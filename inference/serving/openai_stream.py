@@ -22,7 +22,8 @@ from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
 from inference import services
 from inference.models import Generation
 from inference.serving import openai_spec, sse
-from inference.serving.openai_format import Choice, Job, OpenAIError, chunk, full_body, sse_data
+from inference.serving.openai_errors import OpenAIError
+from inference.serving.openai_format import Choice, Job, chunk, full_body, sse_data
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from django.http import JsonResponse
 
 from fleet.accounts.access import can
 from inference.serving.openai_api import Caller, endpoint, usable_pipelines
-from inference.serving.openai_format import OpenAIError
+from inference.serving.openai_errors import OpenAIError
 from inference.serving.openai_jobs import refuse_while_warming_up
 from inference.serving.openai_request import message_text
 from inference.serving.request_rules import ModelNotFound, pipeline_named, tokenizer_for

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from redis.exceptions import RedisError
 
 from fleet.pipelines.models import Pipeline
-from inference import wire
+from inference import warmup
 
 DEFAULT_RETRY_AFTER_S = 5
 
@@ -27,7 +27,7 @@ class NotReady:
 
 def not_ready(pipeline: Pipeline, *, cause: str) -> NotReady:
     try:
-        status = wire.warmup_status(pipeline.name)
+        status = warmup.warmup_status(pipeline.name)
     except RedisError:
         status = None
     if status is None:
@@ -45,13 +45,13 @@ def not_ready(pipeline: Pipeline, *, cause: str) -> NotReady:
     )
 
 
-def warming_up(pipelines) -> dict[int, wire.Warmup]:
+def warming_up(pipelines) -> dict[int, warmup.Warmup]:
     """Pipeline id -> its warm-up, for the pipelines that cannot serve yet (the console)."""
     from inference.router import NoCapacity, pick_pair
 
     pipelines = [p for p in pipelines if not p.simulated]
     try:
-        found = wire.warmup_statuses([p.name for p in pipelines])
+        found = warmup.warmup_statuses([p.name for p in pipelines])
     except RedisError:
         return {}
     out = {}

@@ -14,20 +14,14 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from django.conf import settings
 from tokenizers import Tokenizer
 
-from inference import chat_prompts
+from fleet.pipelines.model_refs import model_dir
+from inference.text import chat_prompts
 
 
 class TokenizerUnavailable(Exception):
     """The model directory has no usable tokenizer.json / config.json."""
-
-
-def model_dir(reference: str) -> Path:
-    """A pipeline's model reference: an absolute path, or a name under DATA_DIR/models."""
-    path = Path(reference)
-    return path if path.is_absolute() else Path(settings.DATA_DIR) / "models" / reference
 
 
 @dataclass(frozen=True)
@@ -47,7 +41,7 @@ class ModelTokenizer:
     def chat_prompt(
         self, messages: list[dict[str, str]], *, add_generation_prompt: bool = True
     ) -> str:
-        """The prompt text of a conversation (`inference.chat_prompts`)."""
+        """The prompt text of a conversation (`inference.text.chat_prompts`)."""
         return chat_prompts.render(
             messages,
             template=self.chat_template,

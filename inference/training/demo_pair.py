@@ -27,8 +27,8 @@ import torch
 
 from inference.engine.checkpoints import save_checkpoint
 from inference.engine.config import ModelConfig
-from inference.engine.tokenizer import Tokenizer
 from inference.engine.transformer import Transformer
+from inference.text.tokenizer import Tokenizer
 
 from . import byte_tokenizer as bt
 from .acceptance import greedy_acceptance, teacher_forced_agreement

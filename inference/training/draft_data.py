@@ -23,8 +23,8 @@ import torch
 from torch import Tensor
 
 from inference.engine.kv_cache import KVCache
-from inference.engine.tokenizer import Tokenizer
 from inference.engine.transformer import Transformer, right_pad
+from inference.text.tokenizer import Tokenizer
 
 PROMPTS_FILE = Path(__file__).parent / "data" / "draft_prompts.jsonl"
 HELDOUT_EVERY = 10

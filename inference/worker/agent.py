@@ -243,7 +243,7 @@ class Agent:
         if self._http is None:
             import httpx
 
-            from inference.worker.boot import api_headers
+            from inference.worker.control_api import api_headers
 
             self._http = httpx.Client(timeout=10, headers=api_headers(self.token))
         r = self._http.post(f"{self.api_url}/api/v1/nodes/{self.node_id}/heartbeat", json=body)

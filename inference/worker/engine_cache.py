@@ -2,17 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from django.conf import settings
-
 from fleet.env import env_float, env_int, env_str
-
-
-def model_dir(ref: str) -> Path:
-    """A pipeline's model reference: a directory under DATA_DIR/models, or an absolute path."""
-    path = Path(ref)
-    return path if path.is_absolute() else Path(settings.DATA_DIR) / "models" / ref
+from fleet.pipelines.model_refs import model_dir
 
 
 def torch_device() -> str:

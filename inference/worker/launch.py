@@ -8,8 +8,8 @@ from __future__ import annotations
 import sys
 
 from fleet.env import env_bool, env_is_set
-from fleet.launcher import ChildSpec
-from inference.worker.local import PIPELINES, default_pipelines, node_name
+from fleet.runtime.children import ChildSpec
+from inference.local_pipelines import PIPELINES, default_pipelines, node_name
 
 
 def _unset(defaults: dict[str, str]) -> dict[str, str]:
@@ -33,7 +33,9 @@ def node_children(settings) -> list[ChildSpec]:
             ],
             env={"OMP_NUM_THREADS": "1"} | _unset(PIPELINES[name].worker_env),
             stop_timeout_s=10.0,
-            node=node_name(name, role),  # lost at once if this worker dies (fleet/launcher.py)
+            node=node_name(
+                name, role
+            ),  # lost at once if this worker dies (fleet/runtime/launcher.py)
         )
         for name in default_pipelines()
         for role in ("verify", "draft")

@@ -176,14 +176,22 @@ def database_url() -> str:
 
 @pytest.fixture
 def daphne_url(transactional_db, tmp_path):
-    """The production ASGI server (`fleet.web_serve`: uvicorn; the fixture's name is older), in
-    a subprocess on the test database and Redis."""
+    """The production ASGI server (`fleet.runtime.web_serve`: uvicorn; the fixture's name is
+    older), in a subprocess on the test database and Redis."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     env = {**os.environ, "DATABASE_URL": database_url(), "DJANGO_SETTINGS_MODULE": "fleet.settings"}
     log_path = tmp_path / "daphne.log"
-    argv = [sys.executable, "-m", "fleet.web_serve", "--host", "127.0.0.1", "--port", str(port)]
+    argv = [
+        sys.executable,
+        "-m",
+        "fleet.runtime.web_serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
             argv,

@@ -61,7 +61,8 @@ def test_the_created_body_is_the_serializers_body_of_the_row(serving, as_persona
 def test_text_with_nul_bytes_is_stored_on_every_database(serving, operator):
     # The OpenAI endpoints pass prompts through unchanged, and a byte-level model may
     # generate NUL: PostgreSQL refuses it in text columns, so the service replaces it.
-    from inference.services import generation_finish, generation_submit
+    from inference.report_services import generation_finish
+    from inference.services import generation_submit
 
     generation = generation_submit(
         pipeline=serving, prompt="a\x00b", prompt_tokens=[97, 0, 98], params={}, user=operator

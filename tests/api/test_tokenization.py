@@ -76,7 +76,7 @@ def _with_template(path, template):
 
 @pytest.mark.parametrize("model", ["smollm2-template", "byte-demo"])
 def test_the_web_and_the_engine_turn_the_same_messages_into_the_same_ids(tmp_path, model):
-    from inference.engine.tokenizer import Tokenizer
+    from inference.text.tokenizer import Tokenizer
 
     path = write_model_dir(tmp_path / model, chatml=model == "smollm2-template")
     if model == "smollm2-template":

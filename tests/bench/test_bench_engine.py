@@ -7,8 +7,8 @@ import torch
 
 from inference.engine.checkpoints import save_checkpoint
 from inference.engine.config import ModelConfig
-from inference.engine.tokenizer import Tokenizer
 from inference.engine.transformer import Transformer
+from inference.text.tokenizer import Tokenizer
 from inference.training import byte_tokenizer as bt
 
 pytest.importorskip("transformers")

@@ -92,7 +92,7 @@ class Stack:
     def start_web(self, timeout: float = 30.0) -> None:
         self.web = self._spawn(
             "daphne",
-            [sys.executable, "-m", "fleet.web_serve", "--host", "127.0.0.1"]
+            [sys.executable, "-m", "fleet.runtime.web_serve", "--host", "127.0.0.1"]
             + ["--port", str(self.port)],
         )
         deadline = time.monotonic() + timeout

@@ -10,8 +10,8 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from fleet.telemetry.accumulators import Acc, derive
-from fleet.telemetry.aggregation import FLEET_ALL, FLEET_REAL, FLEET_SIMULATED
 from fleet.telemetry.ingest import publish_sample
+from fleet.telemetry.merge import FLEET_ALL, FLEET_REAL, FLEET_SIMULATED
 from fleet.telemetry.models import Rollup
 from fleet.telemetry.samples import normalize
 from tests.telemetry import factories as f

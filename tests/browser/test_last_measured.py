@@ -9,9 +9,8 @@ import time
 
 import pytest
 
-from fleet.telemetry.aggregation import FLEET_REAL
 from fleet.telemetry.ingest import publish_sample
-from fleet.telemetry.merge import MIN_DRAFTS
+from fleet.telemetry.merge import FLEET_REAL, MIN_DRAFTS
 from fleet.telemetry.models import Rollup
 from tests.browser.fleetdata import Feeder, build
 from tests.browser.pages import login, wait_live

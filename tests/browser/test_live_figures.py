@@ -16,7 +16,8 @@ import time
 import pytest
 
 from fleet.pipelines.services import pipeline_set_k_policy
-from fleet.telemetry.aggregation import FLEET_REAL, SNAPSHOT_FULL_S
+from fleet.telemetry.aggregation import SNAPSHOT_FULL_S
+from fleet.telemetry.merge import FLEET_REAL
 from fleet.telemetry.models import Rollup
 from tests.browser.fleetdata import Feeder, build
 from tests.browser.pages import login, wait_live

@@ -11,8 +11,8 @@ import urllib.request
 
 import pytest
 
+from fleet.audit.models import AuditEvent
 from fleet.nodes.models import Node
-from fleet.pipelines.models import AuditEvent
 from tests.browser.pages import csp_violations, login
 from tests.pipelines.conftest import make_pipeline, online_node, place
 from tests.telemetry import factories as f

@@ -6,7 +6,7 @@ import time
 import pytest
 from django.test import Client
 
-from fleet.supervision import state_path, write_state
+from fleet.runtime.supervision import state_path, write_state
 from tests.conftest import PASSWORD, client_for
 
 pytestmark = pytest.mark.django_db

@@ -7,8 +7,8 @@ from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import WhitespaceSplit
 
 from inference.engine.config import ModelConfig
-from inference.engine.tokenizer import Tokenizer
 from inference.engine.transformer import Transformer
+from inference.text.tokenizer import Tokenizer
 
 
 def tiny_config(vocab_size: int = 64, **kw) -> ModelConfig:

@@ -11,7 +11,7 @@ import sys
 
 from fleet.console.management.commands.up import PASSWORD_FILE, Command
 from fleet.datadir import write_private
-from fleet.embedded_redis import EmbeddedRedis
+from fleet.runtime.embedded_redis import EmbeddedRedis
 from tests.foundation.helpers import REPO
 
 # In a fresh process (settings are read once per process): open the database, write to it so

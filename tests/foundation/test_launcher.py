@@ -15,8 +15,9 @@ from django.core.management import CommandError, call_command
 
 from fleet.accounts.access import Role, role_of
 from fleet.console.management.commands.up import _create_first_admin
-from fleet.launcher import ChildFailed, ChildSpec, RestartPolicy, Supervisor, children
-from fleet.supervision import problems, state_path
+from fleet.runtime.children import ChildSpec, RestartPolicy, children
+from fleet.runtime.launcher import ChildFailed, Supervisor
+from fleet.runtime.supervision import problems, state_path
 from inference.selectors import stream_of
 from tests.foundation.helpers import REPO, free_port
 
@@ -49,7 +50,10 @@ def test_children_are_the_control_worker_then_the_web_server(settings):
     worker, web = specs[0], specs[-1]  # factories in CHILD_FACTORIES come in between
     assert (worker.name, web.name) == ("worker", "web")
     assert "--queues=control" in worker.argv
-    assert web.argv[1:3] == ["-m", "fleet.web_serve"]  # uvicorn serving fleet.asgi:application
+    assert web.argv[1:3] == [
+        "-m",
+        "fleet.runtime.web_serve",
+    ]  # uvicorn serving fleet.asgi:application
     assert web.ready_url == "http://127.0.0.1:8123/healthz"
 
 

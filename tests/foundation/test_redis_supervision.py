@@ -9,9 +9,10 @@ from pathlib import Path
 
 import redis
 
-from fleet.embedded_redis import EmbeddedRedis
-from fleet.launcher import RESTARTING, RUNNING, RestartPolicy, Supervisor
-from fleet.supervision import problems, state_path
+from fleet.runtime.children import RestartPolicy
+from fleet.runtime.embedded_redis import EmbeddedRedis
+from fleet.runtime.launcher import Supervisor
+from fleet.runtime.supervision import RESTARTING, RUNNING, problems, state_path
 
 
 def _state(pid: int) -> str:

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from fleet.web_handler import LaneASGIHandler
+from fleet.runtime.web_handler import LaneASGIHandler
 
 pytestmark = pytest.mark.django_db(transaction=True)
 MB = 1024 * 1024
@@ -84,7 +84,7 @@ def test_the_login_form_still_takes_an_anonymous_body():
 
 
 def test_a_body_that_stops_coming_is_408(monkeypatch):
-    from fleet import web_gate
+    from fleet.runtime import web_gate
 
     monkeypatch.setattr(web_gate.Bounded.__init__, "__kwdefaults__", {"timeout_s": 0.2})
     headers = [JSON, (b"content-length", b"2000"), (b"authorization", b"Bearer tdm_x")]

@@ -1,5 +1,5 @@
-"""fleet/web_handler.py and fleet/web_middleware.py: under ASGI a request's sync work runs on
-a long-lived lane that keeps its database connection, and the middleware hooks cost no
+"""fleet/runtime/web_handler.py and fleet/runtime/web_middleware.py: under ASGI a request's sync
+work runs on a long-lived lane that keeps its database connection, and the middleware hooks cost no
 thread hops (Django's own handler gave each request a new thread, hence a new connection,
 and every hook of every middleware a hop)."""
 
@@ -13,7 +13,7 @@ from asgiref.sync import SyncToAsync
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from fleet.accounts.services import api_key_create
-from fleet.web_handler import LaneASGIHandler
+from fleet.runtime.web_handler import LaneASGIHandler
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -87,7 +87,7 @@ def test_a_streams_checks_run_on_the_read_lane_not_behind_the_submits(operator, 
     import threading
     import uuid
 
-    from fleet import web_handler
+    from fleet.runtime import web_handler
     from inference.serving import api_stream
 
     key = api_key_create(user=operator, name="reads")[1]

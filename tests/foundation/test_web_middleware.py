@@ -1,4 +1,4 @@
-"""fleet.web_middleware.CSPMiddleware writes the headers django-csp's own middleware writes,
+"""fleet.runtime.web_middleware.CSPMiddleware writes the headers django-csp's own middleware writes,
 and builds a plain response's policy once per setting."""
 
 from typing import Any
@@ -10,8 +10,8 @@ from csp.middleware import CSPMiddleware as StockCSP
 from django.http import HttpResponse
 from django.test import RequestFactory, override_settings
 
-from fleet import web_middleware
-from fleet.web_middleware import CSPMiddleware
+from fleet.runtime import web_middleware
+from fleet.runtime.web_middleware import CSPMiddleware
 
 
 def _headers(middleware_class, path="/api/v1/x", nonce=False, **attrs) -> dict:

@@ -8,7 +8,7 @@ import pytest
 from django.test import Client
 
 from fleet.pipelines.models import Pipeline
-from inference import wire
+from inference import warmup
 from tests.api.conftest import _fast_passwords, model_path, pipeline, place_pair  # noqa: F401
 
 pytestmark = pytest.mark.django_db
@@ -37,9 +37,9 @@ def test_version_as_vllm_answers_it():
 def warming(db, tmp_path):
     """A pipeline whose model files are being made: no model directory yet, a warm-up."""
     p = Pipeline.objects.create(name="warming", target_model=str(tmp_path / "absent"))
-    wire.warmup_publish(pipeline=p.name, waiting_for="training the pair", progress=0.25, eta_s=30)
+    warmup.warmup_publish(pipeline=p.name, waiting_for="training the pair", progress=0.25, eta_s=30)
     yield p
-    wire.warmup_clear(pipeline=p.name)
+    warmup.warmup_clear(pipeline=p.name)
 
 
 def _chat(as_persona, model: str):
@@ -57,7 +57,7 @@ def test_a_warming_pipeline_answers_503_with_retry_after_and_why(warming, as_per
 
 
 def test_missing_model_files_without_a_warmup_keep_their_400(warming, as_persona):
-    wire.warmup_clear(pipeline=warming.name)
+    warmup.warmup_clear(pipeline=warming.name)
     response = _chat(as_persona, "warming")
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "model_not_available"
@@ -78,7 +78,7 @@ def test_the_rest_api_answers_a_warming_pipeline_503_with_retry_after(warming, a
     response = _rest(as_persona, "warming")
     assert response.status_code == 503 and response["Retry-After"] == "30"
     assert "training the pair (25% done, about 30 s left)" in response.json()["detail"]
-    wire.warmup_clear(pipeline=warming.name)
+    warmup.warmup_clear(pipeline=warming.name)
     missing = _rest(as_persona, "warming")  # no warm-up: a 400 that names no server path
     assert missing.status_code == 400
     assert str(warming.target_model) not in missing.content.decode()

@@ -7,9 +7,9 @@ import re
 import pytest
 from django.test import Client
 
+from fleet.audit.models import AuditEvent
 from fleet.nodes.models import Node, NodeToken
 from fleet.nodes.selectors import node_for_token
-from fleet.pipelines.models import AuditEvent
 from tests.nodes.conftest import make_node
 from tests.pipelines.conftest import make_pipeline, online_node, place
 

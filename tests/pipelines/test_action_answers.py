@@ -12,8 +12,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from fleet.audit.models import AuditEvent
 from fleet.nodes.models import HardwareProfile, Node
-from fleet.pipelines.models import AuditEvent, Pipeline, Placement
+from fleet.pipelines.models import Pipeline, Placement
 from tests.conftest import client_for
 from tests.pipelines.conftest import make_pipeline, online_node, place
 

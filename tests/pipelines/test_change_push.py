@@ -48,7 +48,7 @@ async def _drain(layer, channel, timeout: float) -> list:
 def test_a_k_change_is_pushed_to_the_pipeline_group_at_commit(
     pipeline, operator, monkeypatch, django_capture_on_commit_callbacks
 ):
-    monkeypatch.setattr("fleet.pipelines.bookkeeping.push_config", lambda pid, node_ids=None: None)
+    monkeypatch.setattr("fleet.pipelines.outbox.push_config", lambda pid, node_ids=None: None)
 
     def change():
         with django_capture_on_commit_callbacks(execute=False) as callbacks:
@@ -71,7 +71,7 @@ def test_a_k_change_is_pushed_to_the_pipeline_group_at_commit(
 def test_a_drain_is_pushed_to_the_node_group_too(
     pipeline, operator, monkeypatch, django_capture_on_commit_callbacks
 ):
-    monkeypatch.setattr("fleet.pipelines.bookkeeping.push_config", lambda pid, node_ids=None: None)
+    monkeypatch.setattr("fleet.pipelines.outbox.push_config", lambda pid, node_ids=None: None)
     drafter = pipeline.placements.get(role="draft").node
 
     def change():

@@ -5,7 +5,7 @@ import json
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 from fleet.pipelines.compat import check_pair, tokenizer_hash_of_dir
-from inference.engine.tokenizer import tokenizer_hash
+from inference.text.tokenizer import tokenizer_hash
 
 
 def _save(path, vocab, merges=(), added=()):

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from fleet.pipelines.models import AuditEvent, Pipeline, PipelineRevision
+from fleet.audit.models import AuditEvent
+from fleet.pipelines.models import Pipeline, PipelineRevision
 from fleet.planner import simulator
 
 pytestmark = pytest.mark.django_db
@@ -30,6 +31,8 @@ def test_a_local_pipeline_starts_with_revision_1(tmp_path, settings):
     _made_like_the_api(pipeline)
     assert AuditEvent.objects.filter(pipeline=pipeline, action="create").count() == 1
     assert pipeline.placements.count() == 2
+    placed = AuditEvent.objects.filter(pipeline=pipeline, action="place")
+    assert sorted(placed.values_list("node__name", flat=True)) == ["demo-draft", "demo-verify"]
     # the default pipelines ship in adaptive mode (fixed k = 4 lost to plain decoding)
     assert pipeline.k_policy == {"mode": "adaptive", "k_min": 0, "k_max": 8, "k": 4}
 

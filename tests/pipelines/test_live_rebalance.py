@@ -8,8 +8,9 @@ import time
 
 import pytest
 
+from fleet.audit.models import AuditEvent
 from fleet.pipelines import services as pipeline_services
-from fleet.pipelines.models import AuditEvent, Pipeline, Placement
+from fleet.pipelines.models import Pipeline, Placement
 from inference import wire
 from inference.selectors import stream_of
 from tests.serving.helpers import (

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from fleet.audit.models import AuditEvent
 from fleet.nodes.models import Node
-from fleet.pipelines import bookkeeping
-from fleet.pipelines.models import AuditEvent, Pipeline
+from fleet.pipelines import outbox
+from fleet.pipelines.models import Pipeline
 from tests.conftest import client_for
 from tests.pipelines.conftest import online_node, place
 
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.django_db
 def pushed(monkeypatch):
     calls = []
     monkeypatch.setattr(
-        bookkeeping,
+        outbox,
         "push_config",  # a pipeline id (every worker), or (pipeline id, the nodes pushed to)
         lambda pid, node_ids=None: calls.append(pid if node_ids is None else (pid, *node_ids)),
     )

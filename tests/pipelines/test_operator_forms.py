@@ -8,11 +8,13 @@ import re
 from datetime import timedelta
 
 import pytest
-from django.apps import apps
+from django.db import connection
+from django.db.migrations.loader import MigrationLoader
 from django.utils import timezone
 
+from fleet.audit.models import AuditEvent
 from fleet.pipelines import services
-from fleet.pipelines.models import AuditEvent, Pipeline, PipelineRevision
+from fleet.pipelines.models import Pipeline, PipelineRevision
 from tests.pipelines.conftest import make_pipeline, online_node, place
 
 pytestmark = pytest.mark.django_db
@@ -159,8 +161,12 @@ def test_the_diff_of_node_actions_and_rollbacks():
 
 
 def _backfill():
-    migration = importlib.import_module("fleet.pipelines.migrations.0002_record_initial_revisions")
-    migration.record(apps, None)
+    """The data migration, run with the models as they were at it (AuditEvent was still the
+    pipelines app's then; it is the audit app's since)."""
+    name = "0002_record_initial_revisions"
+    migration = importlib.import_module(f"fleet.pipelines.migrations.{name}")
+    state = MigrationLoader(connection).project_state(("pipelines", name))
+    migration.record(state.apps, None)
 
 
 def test_backfill_records_the_current_configuration_of_a_pipeline_without_revisions():
@@ -207,7 +213,7 @@ def test_backfill_rebuilds_version_one_from_the_audit_log(operator):
 
 
 def test_a_node_change_marker_names_the_node():
-    from fleet.pipelines.audit_diff import describe_change
+    from fleet.audit.diff import describe_change
 
     move = ({"pipeline": "a", "role": "verify"}, {"pipeline": "b", "role": "verify"})
     assert describe_change("move", *move, node="gpu-3") == "gpu-3 moved a → b (verify)"

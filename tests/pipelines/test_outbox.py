@@ -8,9 +8,10 @@ import logging
 
 import pytest
 
+from fleet.audit.models import AuditEvent
 from fleet.logs import Throttled
 from fleet.pipelines import outbox, tasks
-from fleet.pipelines.models import AuditEvent, ConfigPush, Pipeline
+from fleet.pipelines.models import ConfigPush, Pipeline
 from inference import wire
 from tests.foundation.helpers import free_port
 

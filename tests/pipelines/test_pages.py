@@ -2,8 +2,9 @@
 
 import pytest
 
+from fleet.audit.models import AuditEvent
 from fleet.nodes.models import Node
-from fleet.pipelines.models import AuditEvent, Pipeline
+from fleet.pipelines.models import Pipeline
 from tests.conftest import client_for
 from tests.pipelines.conftest import online_node
 

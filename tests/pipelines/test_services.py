@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ValidationError
 
+from fleet.audit.models import AuditEvent
 from fleet.nodes.models import Node
-from fleet.pipelines import bookkeeping, services
-from fleet.pipelines.models import AuditEvent, Pipeline, PipelineRevision, Placement
+from fleet.pipelines import outbox, services
+from fleet.pipelines.models import Pipeline, PipelineRevision, Placement
 from fleet.pipelines.services import ActionRefused, StaleVersion
 from tests.pipelines.conftest import make_pipeline, online_node, place
 
@@ -20,7 +21,7 @@ def pushed(monkeypatch):
     """Records the pipelines pushed to workers (after commit)."""
     calls = []
     monkeypatch.setattr(
-        bookkeeping,
+        outbox,
         "push_config",  # a pipeline id (every worker), or (pipeline id, the nodes pushed to)
         lambda pid, node_ids=None: calls.append(pid if node_ids is None else (pid, *node_ids)),
     )

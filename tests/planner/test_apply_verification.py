@@ -15,8 +15,9 @@ from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from fleet.audit.models import AuditEvent
 from fleet.nodes.models import HardwareProfile
-from fleet.pipelines.models import AuditEvent, Pipeline
+from fleet.pipelines.models import Pipeline
 from fleet.planner import services, verification
 from fleet.planner.models import ApplyCheck
 from fleet.planner.recommend import predict_policy

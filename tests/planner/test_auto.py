@@ -6,7 +6,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from fleet.pipelines.models import AuditEvent, Pipeline
+from fleet.audit.models import AuditEvent
+from fleet.pipelines.models import Pipeline
 from fleet.pipelines.services import pipeline_set_k_policy
 from fleet.planner import auto, services
 

@@ -21,9 +21,9 @@ from fleet.pipelines.models import Pipeline, Placement
 from inference import wire
 from inference.engine.checkpoints import save_checkpoint
 from inference.engine.config import ModelConfig
-from inference.engine.tokenizer import Tokenizer
 from inference.engine.transformer import Transformer
 from inference.selectors import stream_of
+from inference.text.tokenizer import Tokenizer
 from inference.training import byte_tokenizer as bt
 
 ROOT = Path(__file__).resolve().parents[2]

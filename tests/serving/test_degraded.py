@@ -19,9 +19,9 @@ from inference.engine.checkpoints import load_checkpoint
 from inference.engine.engines import VerifyEngine
 from inference.engine.generator import generate
 from inference.engine.sampling import SamplingParams
-from inference.engine.tokenizer import Tokenizer
 from inference.models import Generation
 from inference.selectors import node_inspect, stream_of
+from inference.text.tokenizer import Tokenizer
 from tests.serving.helpers import (
     Workers,
     make_pipeline,

@@ -94,6 +94,6 @@ def test_killed_verifier_and_drafter_reroute_with_identical_output(live_server, 
 
 
 def _decode(target, ids):
-    from inference.engine.tokenizer import Tokenizer
+    from inference.text.tokenizer import Tokenizer
 
     return Tokenizer.from_dir(target).decode(ids)

@@ -14,7 +14,7 @@ from django.db import IntegrityError, OperationalError
 
 from fleet import redis_clients
 from fleet.telemetry.metrics import render_metrics
-from inference import dead_letters, ledger, node_reports, report_checks, services
+from inference import dead_letters, ledger, node_reports, report_checks, report_services
 from inference.models import Generation
 from tests.serving.test_ledger import _drain, _finish, _gen, _pipeline, _xadd, own_stream
 
@@ -115,7 +115,7 @@ def test_a_constraint_is_set_aside_and_a_bad_day_is_retried(db, own_stream, monk
     broken, later = _claimed(pipeline, a, key_a), _claimed(pipeline, a, key_a)
     consumer = ledger.Ledger(client=redis_clients.client())
     _drain(consumer)  # the claims
-    real = services.generation_finish
+    real = report_services.generation_finish
     failures = {"operational": 1}
 
     def finish(**kwargs):
@@ -126,7 +126,7 @@ def test_a_constraint_is_set_aside_and_a_bad_day_is_retried(db, own_stream, monk
             raise OperationalError("database is locked")
         return real(**kwargs)
 
-    monkeypatch.setattr(services, "generation_finish", finish)
+    monkeypatch.setattr(report_services, "generation_finish", finish)
     _xadd(a.pk, _finish(broken, [1]), key_a)
     _xadd(a.pk, _finish(later, [2]), key_a)
     consumer.backlog = False

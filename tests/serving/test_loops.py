@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from fleet.nodes.signing import token_key
 from fleet.pipelines.models import Pipeline
-from inference import services, wire
+from inference import report_services, services, wire
 from inference.engine.checkpoints import load_checkpoint
 from inference.engine.engines import DraftEngine, VerifyEngine
 from inference.engine.generator import SpeculativeGenerator
@@ -162,7 +162,7 @@ def test_verifier_claims_off_the_loop_retries_a_failed_claim_and_skips_ended_row
     travels, then dropped when the ledger refuses it) and frees its KV slot."""
     target, draft = write_pair(tmp_path)
     pipeline, nodes = make_pipeline("claims", target, draft, kind="none", max_batch_wait_ms=5)
-    real_claim, threads, calls = services.generations_claim, [], []
+    real_claim, threads, calls = report_services.generations_claim, [], []
 
     def claim(**kwargs):
         threads.append(threading.current_thread().name)
@@ -171,7 +171,7 @@ def test_verifier_claims_off_the_loop_retries_a_failed_claim_and_skips_ended_row
             raise OperationalError("database is locked")
         return real_claim(**kwargs)
 
-    monkeypatch.setattr(services, "generations_claim", claim)
+    monkeypatch.setattr(report_services, "generations_claim", claim)
     _run(pipeline, nodes, wired, "none")
     verifier_node = next(n for n, r, _ in nodes if r == "verify")
     verifier = wired[verifier_node.pk]

@@ -11,10 +11,10 @@ from django.utils import timezone
 from fleet.nodes.models import Node
 from fleet.pipelines.models import Pipeline, Placement
 from inference import services, wire
-from inference.engine.tokenizer import Tokenizer
 from inference.models import Generation
 from inference.router import NoCapacity, pick_pair
 from inference.selectors import stream_of, stream_owner
+from inference.text.tokenizer import Tokenizer
 from inference.training import byte_tokenizer as bt
 from inference.worker.agent import accumulate
 from inference.worker.detok import Detokenizer

@@ -19,7 +19,7 @@ import time
 import httpx
 import pytest
 
-from fleet.supervision import problems
+from fleet.runtime.supervision import problems
 from tests.foundation.helpers import REPO
 from tests.serving.test_up_supervision import PROMPTS, Stream, _pid_of, _wait, demo_up
 

@@ -25,7 +25,7 @@ import pytest
 import torch
 
 from inference.engine.checkpoints import save_checkpoint
-from inference.engine.tokenizer import Tokenizer
+from inference.text.tokenizer import Tokenizer
 from inference.training import byte_tokenizer as bt
 from inference.training.demo_pair import DRAFT_NAME, MANIFEST, TARGET_NAME
 from tests.foundation.helpers import REPO, free_port

@@ -12,7 +12,8 @@ import urllib.request
 
 import pytest
 
-from fleet.launcher import ChildSpec, RestartPolicy, Supervisor, web_servers
+from fleet.runtime.children import ChildSpec, RestartPolicy, web_servers
+from fleet.runtime.launcher import Supervisor
 from tests.foundation.helpers import free_port
 from tests.serving.helpers import database_url
 
@@ -62,7 +63,7 @@ def test_web_servers_are_uvicorns_on_the_shared_socket(settings):
     assert [s.name for s in many] == ["web-2", "web-3", "web"]  # the probed one last
     assert all(s.listen == ("127.0.0.1", 8123) and s.essential for s in many)
     assert many[0].argv[-2:] == ["--fd", "{fd}"]  # it adopts the supervisor's socket
-    assert one[0].argv[1:3] == ["-m", "fleet.web_serve"]
+    assert one[0].argv[1:3] == ["-m", "fleet.runtime.web_serve"]
     assert many[-1].ready_url == "http://127.0.0.1:8123/healthz"
 
 

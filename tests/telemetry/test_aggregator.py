@@ -191,8 +191,7 @@ def test_the_leaders_rollups_through_redis_match_the_in_process_ones(
 
     import redis.asyncio as aioredis
 
-    from fleet.telemetry import aggregator as loop_module
-    from fleet.telemetry import partials
+    from fleet.telemetry import partials, rollup_writer
 
     (v, vt), (d, dt) = fleet_setup["v"], fleet_setup["d"]
     base = 1_700_000_100.0  # a multiple of 10 and 300 s
@@ -203,7 +202,7 @@ def test_the_leaders_rollups_through_redis_match_the_in_process_ones(
     for agg in (in_loop, in_process):
         agg.set_registry(load_registry())
     written: list[dict] = []
-    monkeypatch.setattr(loop_module, "write_rollups", lambda rows: written.extend(rows))
+    monkeypatch.setattr(rollup_writer, "write_rollups", lambda rows: written.extend(rows))
     expected: list[dict] = []
 
     async def drive() -> None:

@@ -209,7 +209,7 @@ def test_fleet_rollups_and_the_walls_series_keep_real_and_simulated_apart(viewer
     from django.utils import timezone
 
     from fleet.telemetry import rollups
-    from fleet.telemetry.aggregation import FLEET_ALL, FLEET_REAL, FLEET_SIMULATED
+    from fleet.telemetry.merge import FLEET_ALL, FLEET_REAL, FLEET_SIMULATED
     from fleet.telemetry.models import Rollup
 
     built = mixed_fleet.build(NOW + 2.5)["fleet"]
@@ -251,7 +251,7 @@ def test_a_bucket_with_one_class_only_leaves_the_other_empty():
     from django.utils import timezone
 
     from fleet.telemetry import rollups
-    from fleet.telemetry.aggregation import FLEET_REAL, FLEET_SIMULATED
+    from fleet.telemetry.merge import FLEET_REAL, FLEET_SIMULATED
     from fleet.telemetry.models import Rollup
 
     now = timezone.now().astimezone(UTC).replace(microsecond=0)

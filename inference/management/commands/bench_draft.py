@@ -27,11 +27,11 @@ class Command(BaseCommand):
         parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
 
     def handle(self, *args, json_path, quick, target, draft, minutes, k, threads, **opts):
+        from fleet.pipelines.model_refs import model_dir
         from inference.bench.draft import DraftBenchConfig, run_draft_bench
         from inference.bench.model_sources import find_or_convert_smollm2
         from inference.management.commands.train_draft import default_out
         from inference.training.learned_draft import Recipe, draft_ready, train_learned_draft
-        from inference.worker.engine_cache import model_dir
 
         models = Path(settings.DATA_DIR) / "models"
         if target:

@@ -5,7 +5,7 @@ Without arguments: TANDEM_DEFAULT_PIPELINES."""
 from django.core.management.base import BaseCommand
 
 from inference.local_nodes import local_nodes_write
-from inference.worker.local import default_pipelines
+from inference.local_pipelines import default_pipelines
 
 
 class Command(BaseCommand):

@@ -79,7 +79,7 @@ class Command(BaseCommand):
 def _reported_progress(total: int, pipeline: str):
     """A terminal progress bar that also publishes the warm-up state (the console, the API)."""
     from inference.training.demo_pair import TqdmProgress
-    from inference.wire import WarmupReporter
+    from inference.warmup import WarmupReporter
 
     class Reported(TqdmProgress):
         def __init__(self) -> None:

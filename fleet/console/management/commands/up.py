@@ -3,7 +3,7 @@
 Redis (embedded, unless REDIS_URL is set; supervised and persistent), migrations, a first
 admin account, static files, the control-plane Celery worker, the node workers, the
 simulator and the ASGI web server.
-Children are supervised by `fleet.launcher`: one that dies is restarted with backoff while
+Children are supervised by `fleet.runtime.launcher`: one that dies is restarted with backoff while
 the others keep serving. A node worker's death is reported to the control plane at once
 (`_node_child_exited`), so its generations are re-routed or ended within a second.
 """
@@ -21,12 +21,13 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connections, transaction
 
-from fleet import launcher
 from fleet.accounts.services import user_set_role
 from fleet.datadir import write_private
-from fleet.embedded_redis import ensure_redis_url
 from fleet.env import env_int, env_str
-from fleet.supervision import state_path
+from fleet.runtime import launcher
+from fleet.runtime.children import children
+from fleet.runtime.embedded_redis import ensure_redis_url
+from fleet.runtime.supervision import state_path
 
 ADMIN_USERNAME = "admin"
 # The first-run password is written here (0600), never to a log or a captured stdout.
@@ -138,7 +139,7 @@ class Command(BaseCommand):
                 "REDIS_URL": settings.REDIS_URL,
                 "PYTHONUNBUFFERED": "1",
             }
-            specs = launcher.children(settings, host=host, port=port)
+            specs = children(settings, host=host, port=port)
             _close_orphans(specs)
             for spec in specs:
                 if supervisor.stop_requested:

@@ -61,7 +61,7 @@ class Command(BaseCommand):
 
     def _isolated(self, work):
         from fleet.celery import app
-        from fleet.embedded_redis import EmbeddedRedis
+        from fleet.runtime.embedded_redis import EmbeddedRedis
 
         test_settings = connection.settings_dict.setdefault("TEST", {})
         if connection.vendor == "sqlite":

@@ -38,8 +38,8 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-from fleet.embedded_redis import ensure_redis_url
 from fleet.env import env_str
+from fleet.runtime.embedded_redis import ensure_redis_url
 from fleet.telemetry import benchload
 from fleet.telemetry.ingest import SHARDS
 

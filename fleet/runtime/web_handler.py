@@ -11,7 +11,7 @@ Here every request runs its sync work on one of `settings.WEB_SYNC_LANES` long-l
 threads (round robin), each keeping its connection (`CONN_MAX_AGE`). Under load a lane is a
 queue, and a request that visits it three times waits three times behind everyone else:
 so the visits are few (no `request_started` hop; the middleware hooks inline, see
-fleet/web_middleware.py; one hop per view). Async views (the SSE
+fleet/runtime/web_middleware.py; one hop per view). Async views (the SSE
 streams, /v1) hold no lane while they wait; a lane is busy only while sync code runs. With
 SQLite, one lane (the default) is also the cheapest lock discipline: writes of one process
 queue in order instead of sleeping in the busy handler. Several web processes
@@ -36,7 +36,7 @@ from django.core.handlers.asgi import ASGIHandler
 from django.db import close_old_connections, reset_queries
 from whitenoise.middleware import WhiteNoiseMiddleware
 
-from fleet import web_gate
+from fleet.runtime import web_gate
 
 
 class Lane(ThreadPoolExecutor):

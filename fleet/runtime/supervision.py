@@ -1,6 +1,6 @@
 """What `manage.py up`'s supervisor tells the console: its children's state, in one file.
 
-The supervisor (fleet/launcher.py) rewrites `<DATA_DIR>/supervisor.json` whenever a child
+The supervisor (fleet/runtime/launcher.py) rewrites `<DATA_DIR>/supervisor.json` whenever a child
 starts, dies, is restarted or is given up on, and removes it when `up` stops. The web
 process reads it for the console banner and `GET /api/v1/processes`. A file rather than
 Redis: it is there for exactly as long as the supervisor, and it still tells the story when

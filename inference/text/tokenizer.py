@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer as _HFTokenizer
 
-from inference import chat_prompts
+from inference.text import chat_prompts
 
 
 class Tokenizer:

@@ -110,7 +110,7 @@ class EmbeddedRedis:
     def child_spec(self):
         """The supervisor's spec of this server: the same port, password and directory at
         every restart."""
-        from fleet.launcher import ChildSpec
+        from fleet.runtime.children import ChildSpec
 
         return ChildSpec(
             name="redis", argv=self.argv(), stdin=self.config(), umask=0o077, stop_timeout_s=15

@@ -1,4 +1,4 @@
-"""The web server: `python -m fleet.web_serve --host H --port P`, or `--fd N` to serve a
+"""The web server: `python -m fleet.runtime.web_serve --host H --port P`, or `--fd N` to serve a
 listening socket inherited from `manage.py up`'s supervisor (several web processes on one
 port). uvicorn with uvloop and httptools: on the per-token SSE path it measured 15-26 % less
 web CPU per request than daphne (`inference.bench.serving_web --rounds 64 --per-round 1
@@ -17,7 +17,7 @@ import socket
 
 APP = "fleet.asgi:application"
 SHUTDOWN_S = 5
-KEEP_ALIVE_S = 5  # body reads are bounded in fleet.web_gate (BODY_READ_TIMEOUT_S)
+KEEP_ALIVE_S = 5  # body reads are bounded in fleet.runtime.web_gate (BODY_READ_TIMEOUT_S)
 
 
 def config(**where):
@@ -41,7 +41,7 @@ def config(**where):
 def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
-    parser = argparse.ArgumentParser(prog="python -m fleet.web_serve")
+    parser = argparse.ArgumentParser(prog="python -m fleet.runtime.web_serve")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--fd", type=int, default=None, help="an inherited listening socket")
