@@ -157,7 +157,7 @@ def _add_pipeline(name: str, models: Path, profile) -> tuple[Any, dict, dict[str
 
 # How much each run measures: the full sweep, --quick, and --smoke (the harness end to end in
 # a minute or two, for its test: its figures mean nothing).
-PLANS = {
+PLANS: dict[str, dict[str, Any]] = {
     "full": {"ks": list(range(9)), "reps": 2, "requests": 3, "max_tokens": 64, "streams": (1, 8)},
     "quick": {"ks": [0, 1, 2, 4, 8], "reps": 2, "requests": 2, "max_tokens": 48, "streams": (1, 8)},
     "smoke": {"ks": [0, 2], "reps": 1, "requests": 1, "max_tokens": 8, "streams": (2,)},
