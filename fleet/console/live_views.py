@@ -27,6 +27,7 @@ from fleet.accounts.wall_links import (
     wall_link_url,
 )
 from fleet.console import selectors
+from fleet.console.pipeline_views import actions_context  # the operators' controls
 from fleet.nodes.choices import NodeState
 from fleet.nodes.models import Node
 from fleet.nodes.selectors import node_tokens
@@ -67,7 +68,6 @@ def pipeline_page(request, pk: int):
     }
     if context["can_operate"]:
         from fleet.pipelines import selectors as pipeline_selectors
-        from fleet.pipelines.views import actions_context  # the operators' controls
 
         context.update(actions_context(pipeline))
         context["revisions"] = pipeline_selectors.revisions(pipeline=pipeline)[:50]
