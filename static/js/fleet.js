@@ -154,7 +154,7 @@
       '<td class="c-name"></td><td class="c-state"></td><td class="c-role"></td><td class="c-pipe"></td>' +
       '<td class="num c-power"></td><td class="c-util"><span class="bar"><span></span></span><span class="v"></span></td>' +
       '<td class="num c-batch"></td><td class="num c-tps"></td><td class="num c-acc"></td><td class="num c-seen dim"></td>';
-    tr.style.height = rowH + "px";
+    if (measured) tr.style.height = rowH + "px";
     return tr;
   }
   function cell(tr, cls) {
@@ -237,20 +237,26 @@
       empty.remove();
     }
     shownIds = ids;
-    if (n) measure(pool[0]);
+    // a row whose content outgrew the height (a wrapped pill, a longer figure): measure again
+    for (var k = 0; measured && k < n; k++) if (pool[k].scrollHeight > rowH + 1) measured = false;
+    if (n) measure();
     sendView();
   }
-  /* Once: the real height of a row (fonts, pills) becomes the table's row height. */
+  /* The real height of a row (fonts, pills; a table row on wide screens, a card on a phone)
+     becomes the table's row height: the tallest of the rows shown, measured without the height
+     the table gives them (else a phone's cards keep a table row's 41 px and overlap). Measured
+     again when the layout may change (a resize, a rotated phone) or a row outgrows it. */
   var measured = false;
-  function measure(tr) {
-    if (measured) return;
+  function measure() {
+    if (measured || !pool.length) return;
     measured = true;
-    var h = Math.round(tr.getBoundingClientRect().height);
-    if (h > 0 && Math.abs(h - rowH) > 1) {
-      rowH = h;
-      pool.forEach(function (p) { p.style.height = rowH + "px"; });
-      render();
-    }
+    var h = 0;
+    pool.forEach(function (p) { p.style.height = ""; });
+    pool.forEach(function (p) { h = Math.max(h, Math.ceil(p.getBoundingClientRect().height)); });
+    var changed = h > 0 && h !== rowH;
+    if (h > 0) rowH = h;
+    pool.forEach(function (p) { p.style.height = rowH + "px"; });
+    if (changed) render();
   }
 
   var scrollQueued = false;
@@ -262,7 +268,10 @@
       render();
     });
   });
-  window.addEventListener("resize", function () { render(); });
+  window.addEventListener("resize", function () {
+    measured = false;
+    render();
+  });
 
   // --- what the server sends ------------------------------------------------------------------
   var socket;
