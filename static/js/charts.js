@@ -43,7 +43,7 @@
   var CHARTS = [
     ["ch-accept", [
       { key: "acceptance_rate", name: "acceptance rate", color: C.accept, scale: 100, unit: "%" },
-      { key: "alpha", name: "α (est.)", color: C.alpha, scale: 100, unit: "%" },
+      { key: "alpha", name: "α (est.)", color: C.alpha, scale: 100, unit: "%", dash: "dash" },
     ], { yaxis: { ticksuffix: "%", range: [0, 100], gridcolor: C.grid } }],
     ["ch-length", [{ key: "mean_acceptance_length", name: "mean acceptance length", color: C.length }]],
     ["ch-k", [{ key: "k_mean", name: "k drafted (mean per round)", color: C.draft }], { yaxis: { rangemode: "tozero", gridcolor: C.grid } }],
@@ -83,9 +83,11 @@
     LAST_FIELDS.forEach(function (key) { shown[key] = last[key]; });
     return { stats: shown, last: last };
   }
-  function updateKpis(live, lastMeasured) {
+  function updateKpis(live, lastMeasured, slo) {
     var picked = withLast(live, lastMeasured);
     var stats = picked.stats;
+    T.windowLabel(document.getElementById("kpis"), picked.last);
+    T.sloBreach(document, stats, slo);
     var note = picked.last ? '<span class="last-measured">last measured ' + T.ago(picked.last.age_s) + "</span>" : "";
     T.setHTML(document, '[data-k="acc_last"]', note);
     T.setHTML(document, '[data-k="mal_last"]', note);
@@ -232,7 +234,7 @@
     var pointDue = T.every(2000);
     var barsDue = T.every(1000);
     function onStats(ts, stats, nodes, last, summary) {
-      updateKpis(stats || {}, last);
+      updateKpis(stats || {}, last, state.slo);
       if (barsDue()) bars(stats || {});
       if (pointDue()) charts.forEach(function (el) { T.appendPoint(el, ts, stats || {}); });
       if (nodes) updateRows(nodes, summary);

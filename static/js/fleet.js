@@ -337,6 +337,7 @@
     T.setText(root, '[data-k="acc"]', T.pct(last ? last.acceptance_rate : k.acceptance_rate));
     T.setText(root, '[data-k="mal"]', T.fmt(last ? last.mean_acceptance_length : k.mean_acceptance_length, 2));
     T.setHTML(root, '[data-k="acc_last"]', last ? '<span class="dim small">last measured ' + ago(last.age_s) + "</span>" : "");
+    T.windowLabel(root, last);
   }
   function headline(msg) {
     if (msg.ts) serverNow = msg.ts;
