@@ -37,6 +37,12 @@ from fleet.telemetry import payloads, rollups, snapshot
 DEFAULT_RANGE = "1h"  # the charts' time range when a page opens
 
 
+def _range_of(request) -> str:
+    """The time range a link asks for (?range=24h: a view kept in its URL), else the default."""
+    asked = request.GET.get("range", "")
+    return asked if asked in selectors.RANGES else DEFAULT_RANGE
+
+
 @login_required
 def fleet_page(request):
     require(request, "view")
@@ -60,7 +66,7 @@ def pipeline_page(request, pk: int):
     context = {
         "pipeline": pipeline,
         "live": snapshot.read_pipeline(pipeline.pk),
-        "history": selectors.history("pipeline", pipeline, DEFAULT_RANGE),
+        "history": selectors.history("pipeline", pipeline, _range_of(request)),
         "ranges": list(selectors.RANGES),
         **_placements_shown(pipeline),
         "can_operate": can(request.user, "operate", pipeline),
@@ -83,7 +89,7 @@ def node_page(request, pk: int):
         "node": node,
         "placement": _placement(node),
         "live": snapshot.read_node(node.pk),
-        "history": selectors.history("node", node, DEFAULT_RANGE),
+        "history": selectors.history("node", node, _range_of(request)),
         "ranges": list(selectors.RANGES),
         "generations": selectors.generations_of(node)[:20],
         "tokens": node_tokens(node=node) if can(request.user, "administer") else None,

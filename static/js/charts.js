@@ -157,11 +157,16 @@
     var version = shown && shown.dataset.version ? Number(shown.dataset.version) : null;
     var state = { range: hist.range || "1h", markers: hist.markers || [], slo: hist.slo || {}, version: version };
     var charts = [];
+    // a range the page was opened with (?range=, a shared view) is shown whole at once
+    var linked = new URLSearchParams(location.search).get("range") === state.range;
     CHARTS.forEach(function (spec) {
       var el = document.getElementById(spec[0]);
+      if (el) {
+        el._windowMs = RANGE_MS[state.range];
+        el._explicit = linked;
+      }
       if (el && T.lineChart(el, hist.series || { t: [] }, spec[1], spec[2])) {
         el._spec = spec;
-        el._windowMs = RANGE_MS[state.range];
         charts.push(el);
       }
     });
@@ -180,6 +185,9 @@
     }
     function setRange(range) {
       state.range = range;
+      var params = new URLSearchParams(location.search); // the view stays in its URL
+      params.set("range", range);
+      history.replaceState(null, "", location.pathname + "?" + params + location.hash);
       document.querySelectorAll("[data-range]").forEach(function (b) {
         b.setAttribute("aria-pressed", b.dataset.range === range ? "true" : "false");
       });

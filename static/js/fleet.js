@@ -73,7 +73,21 @@
   }
   /* Sorted by a column of what every row has (name, state, role, pipeline), then by name:
      the live figures are sent only for the rows in view, so they cannot order the rest. */
-  var sort = { key: "name", dir: 1 };
+  var SORTS = ["name", "state", "role", "pipeline"];
+  var asked = new URLSearchParams(location.search);
+  var sort = { key: SORTS.indexOf(asked.get("sort")) >= 0 ? asked.get("sort") : "name", dir: asked.get("dir") === "desc" ? -1 : 1 };
+  /* The view in the URL (filters and sort), so it can be shared or reloaded as it is. */
+  function syncUrl() {
+    var params = new URLSearchParams();
+    new FormData(form).forEach(function (v, k) {
+      if (v) params.set(k, v);
+    });
+    if (sort.key !== "name" || sort.dir < 0) {
+      params.set("sort", sort.key);
+      params.set("dir", sort.dir > 0 ? "asc" : "desc");
+    }
+    history.replaceState(null, "", location.pathname + (params.toString() ? "?" + params : ""));
+  }
   function sortValue(r, key) {
     if (key === "pipeline") return r.pipeline ? pipelineNames[r.pipeline] || "#" + r.pipeline : "\uffff";
     if (key === "role") return r.role || "\uffff";
@@ -105,6 +119,7 @@
       var key = th.dataset.sort;
       sort = { key: key, dir: sort.key === key ? -sort.dir : 1 };
       marks();
+      syncUrl();
       refilter();
       wrap.scrollTop = 0;
       render();
@@ -401,12 +416,7 @@
     render();
     kpis(lastKpis);
     nodeCount(lastKpis);
-    var params = new URLSearchParams();
-    var f = new FormData(form);
-    f.forEach(function (v, k) {
-      if (v) params.set(k, v);
-    });
-    history.replaceState(null, "", location.pathname + (params.toString() ? "?" + params : ""));
+    syncUrl();
   });
 
   socket = new T.LiveSocket("/ws/live/", { subscribe: [{ topic: "fleet" }], onMessage: function (m) {
