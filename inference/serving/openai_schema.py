@@ -9,7 +9,9 @@ with the request fields `openai_request` reads and the bodies `openai_format` wr
 from __future__ import annotations
 
 TAG = "openai"
-SECURITY = [{"apiKey": []}]  # a bearer API key only, as OpenAI clients send it
+SECURITY: list[dict[str, list]] = [
+    {"apiKey": []}
+]  # a bearer API key only, as OpenAI clients send it
 
 STRING_OR_LIST = {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}
 # the options completions and chat share (openai_request.common_options and the sampling ones)
@@ -48,22 +50,23 @@ COMPLETIONS_BODY = {
         "echo": {"type": "boolean"},
     },
 }
+MESSAGES = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "required": ["role", "content"],
+        "properties": {
+            "role": {"enum": ["system", "developer", "user", "assistant"]},
+            "content": {"type": "string"},
+        },
+    },
+}
 CHAT_BODY = {
     "type": "object",
     "required": ["model", "messages"],
     "properties": {
         **COMMON,
-        "messages": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "required": ["role", "content"],
-                "properties": {
-                    "role": {"enum": ["system", "developer", "user", "assistant"]},
-                    "content": {"type": "string"},
-                },
-            },
-        },
+        "messages": MESSAGES,
         "logprobs": {"type": "boolean"},
         "top_logprobs": {"type": "integer", "minimum": 0, "maximum": 20},
     },
@@ -154,7 +157,7 @@ TOKENIZE_BODY = {
     "properties": {
         "model": {"type": "string"},
         "prompt": {"type": "string"},
-        "messages": CHAT_BODY["properties"]["messages"],
+        "messages": MESSAGES,
         "add_special_tokens": {"type": "boolean"},
     },
 }

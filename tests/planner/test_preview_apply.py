@@ -64,7 +64,7 @@ def test_a_preview_keeps_its_k_and_applies_through_the_audited_action(
     gpu_pair.refresh_from_db()
     assert gpu_pair.k_policy == {"mode": "fixed", "k": 2}
     event = AuditEvent.objects.filter(pipeline=gpu_pair).first()
-    assert event.actor == operator and event.reason == fields["reason"]
+    assert event is not None and event.actor == operator and event.reason == fields["reason"]
 
     # the same form again is stale now: the version check refuses it, nothing changes
     answer = client.post(url, {**fields, "k": "3"}, follow=True)
@@ -106,10 +106,14 @@ def test_what_if_before_is_today_and_the_change_has_a_delta(gpu_pair, operator, 
 
     client.force_login(operator)
     page = client.get("/planner/what-if", {"run": "1", "move_to_verify": "1"}).content.decode()
-    row = re.search(r'<tr id="what-if-delta">(.*?)</tr>', page, re.S).group(1)
+    found = re.search(r'<tr id="what-if-delta">(.*?)</tr>', page, re.S)
+    assert found
+    row = found.group(1)
     change = after - before
     assert f"{change:+,.1f}" in row and f"({change / before * 100:+.1f} %)" in row
     assert "No traffic measured" in page
-    table = re.search(r'<table class="table" id="what-if-fleet">.*?</table>', page, re.S).group(0)
+    found = re.search(r'<table class="table" id="what-if-fleet">.*?</table>', page, re.S)
+    assert found
+    table = found.group(0)
     assert not re.search(r"\d\.\d{4,}", table), "figures unformatted"  # 5-decimal floats before
     assert re.search(r"\d,\d{3}", table) or after < 1000  # grouped thousands
