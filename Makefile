@@ -82,7 +82,8 @@ format: install-test
 	$(BIN)/ruff format .
 
 # Browser tests drive Debian's chromium through Playwright (never `playwright install`);
-# the compose test needs a compose client. Installed once, as root, when missing.
+# the compose test needs a compose client; the alert rules test runs Debian's promtool
+# (package prometheus). Installed once, as root, when missing.
 browser-deps:
 	@missing=""; \
 	command -v chromium >/dev/null 2>&1 || missing="chromium"; \
@@ -94,4 +95,9 @@ browser-deps:
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null) \
 	      || echo "warning: could not install$$missing; the tests that need it will say so"; \
 	  else echo "warning: missing$$missing (run as root or install it); the tests that need it will say so"; fi; \
+	fi; \
+	if ! command -v promtool >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	  echo "installing: prometheus (promtool)"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null) \
+	    || echo "warning: could not install promtool; the alert rules test will say so"; \
 	fi

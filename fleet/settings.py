@@ -249,6 +249,7 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "fleet.guard.schema.document_errors",  # the error statuses every view shares
+        "inference.serving.openai_schema.document_openai",  # /v1 and the tokenizer paths
     ],
     # Nodes and generations both have a "state" field: name their enums apart.
     "ENUM_NAME_OVERRIDES": {

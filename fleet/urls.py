@@ -33,8 +33,8 @@ urlpatterns = [
     path("api/v1/", include(api_v1)),
     path("v1/", include("inference.serving.openai_urls")),
     path("account/", include("fleet.accounts.urls")),
-    path("nodes/", include("fleet.nodes.urls")),
-    path("pipelines/", include("fleet.pipelines.urls")),
+    path("nodes/", include("fleet.console.urls_nodes")),
+    path("pipelines/", include("fleet.console.urls_pipelines")),
     path("planner/", include("fleet.planner.urls")),
     path("", include("fleet.console.urls")),
 ]

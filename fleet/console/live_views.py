@@ -27,6 +27,7 @@ from fleet.accounts.wall_links import (
     wall_link_url,
 )
 from fleet.console import selectors
+from fleet.console.pipeline_views import actions_context  # the operators' controls
 from fleet.nodes.choices import NodeState
 from fleet.nodes.models import Node
 from fleet.nodes.selectors import node_tokens
@@ -34,6 +35,12 @@ from fleet.pipelines.models import Pipeline
 from fleet.telemetry import payloads, rollups, snapshot
 
 DEFAULT_RANGE = "1h"  # the charts' time range when a page opens
+
+
+def _range_of(request) -> str:
+    """The time range a link asks for (?range=24h: a view kept in its URL), else the default."""
+    asked = request.GET.get("range", "")
+    return asked if asked in selectors.RANGES else DEFAULT_RANGE
 
 
 @login_required
@@ -59,7 +66,7 @@ def pipeline_page(request, pk: int):
     context = {
         "pipeline": pipeline,
         "live": snapshot.read_pipeline(pipeline.pk),
-        "history": selectors.history("pipeline", pipeline, DEFAULT_RANGE),
+        "history": selectors.history("pipeline", pipeline, _range_of(request)),
         "ranges": list(selectors.RANGES),
         **_placements_shown(pipeline),
         "can_operate": can(request.user, "operate", pipeline),
@@ -67,7 +74,6 @@ def pipeline_page(request, pk: int):
     }
     if context["can_operate"]:
         from fleet.pipelines import selectors as pipeline_selectors
-        from fleet.pipelines.views import actions_context  # the operators' controls
 
         context.update(actions_context(pipeline))
         context["revisions"] = pipeline_selectors.revisions(pipeline=pipeline)[:50]
@@ -83,7 +89,7 @@ def node_page(request, pk: int):
         "node": node,
         "placement": _placement(node),
         "live": snapshot.read_node(node.pk),
-        "history": selectors.history("node", node, DEFAULT_RANGE),
+        "history": selectors.history("node", node, _range_of(request)),
         "ranges": list(selectors.RANGES),
         "generations": selectors.generations_of(node)[:20],
         "tokens": node_tokens(node=node) if can(request.user, "administer") else None,

@@ -113,6 +113,7 @@ def recommendations(request, pk: int):
             preview = services.preview(pipeline=pipeline, action=action)
         except ValidationError as exc:
             messages.error(request, f"Preview refused: {errors_text(exc)}")
+    chosen = _chosen(request.GET if "preview" in request.GET else None, pipeline, rec)
     return render(
         request,
         "planner/recommendations.html",
@@ -120,11 +121,57 @@ def recommendations(request, pk: int):
             "pipeline": pipeline,
             "rec": rec,
             "preview": preview,
+            "chosen": chosen,
+            # a preview that one pipeline action carries out: the form posts to that action
+            # (the pipeline page's audited door, the same as its REST call)
+            "apply_action": APPLY_PREVIEW.get(chosen["action"]) if preview else None,
+            "preview_url": request.get_full_path(),
+            "preview_actions": PREVIEW_CHOICES,
             "can_operate": can(request.user, "operate"),
             "rec_json": json.dumps(rec, indent=1, default=str),
             "checks": list(pipeline.apply_checks.all()[:10]),
         },
     )
+
+
+# A previewed action -> the pipeline action that carries it out (pipelines:act). A split moves
+# several nodes: it is applied from the recommendation's row (planner:apply) instead.
+APPLY_PREVIEW = {
+    "set_k_policy": "k_policy",
+    "set_batch_caps": "configure",
+    "place": "place",
+    "change_role": "place",
+    "remove_node": "unplace",
+}
+PREVIEW_CHOICES = [
+    ("set_k_policy", "set k policy"),
+    ("set_batch_caps", "set max verify batch"),
+    ("place", "place a node"),
+    ("change_role", "change a node's role"),
+    ("remove_node", "remove a node"),
+    ("split", "drafter:verifier split"),
+]
+
+
+def _chosen(data, pipeline: Pipeline, rec) -> dict:
+    """The preview form's values: what was asked (a preview keeps the chosen k, mode, node…),
+    else the pipeline's own configuration."""
+    policy = pipeline.k_policy if isinstance(pipeline.k_policy, dict) else {}
+    inputs = rec.get("inputs") or {} if isinstance(rec, dict) else {}
+    values = {
+        "action": "set_k_policy",
+        "mode": policy.get("mode", "fixed"),
+        "k": str(policy.get("k", 4)),
+        "table": ", ".join(f"{b}:{k}" for b, k in policy.get("table") or []),
+        "max_verify_batch": str(pipeline.max_verify_batch),
+        "node": "",
+        "role": "verify",
+        "n_verifiers": str(inputs.get("n_verifiers", "")),
+        "n_drafters": str(inputs.get("n_drafters", "")),
+    }
+    if data is not None:
+        values.update({k: data[k].strip() for k in values if k in data})
+    return values
 
 
 def _preview_action(data) -> dict:

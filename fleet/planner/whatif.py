@@ -7,10 +7,13 @@ Changes (all optional, applied in this order):
     add_verifiers: M, add_verifier_profile: slug    M new verifiers, spread over pipelines
     prices: {slug: usd_per_hour}                    prices for profiles that have none
 
-Each pipeline is modeled at its operating batch with its k policy re-optimized (the planner
-would pick the best k for the new mix); its drafter/verifier hardware is the most common
-profile of each role. Fleet figures: tokens/s (sum), tokens/J (tokens/s over watts) and
-$ per million tokens (hourly prices of every node over tokens per hour).
+"Before" is today's fleet: each pipeline modeled at its operating batch with the k policy it
+runs now, beside what its telemetry measured at that k ("measured", where it has traffic).
+"After" is the new mix under the same policies (an adaptive one finds its best k for the mix
+itself), so the difference is the change's alone, modeled against modeled: neither the
+model's own error nor a k re-optimisation counts as its gain. Drafter/verifier hardware is
+the most common profile of each role. Fleet figures: tokens/s (sum), tokens/J (tokens/s over
+watts) and $ per million tokens (hourly prices of every node over tokens per hour).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from fleet.planner.model import (
     UnusableProfile,
     cost_per_million_tokens,
 )
-from fleet.planner.recommend import best_k_at
+from fleet.planner.recommend import best_k_at, predict_policy
 from fleet.planner.services import operating_batch
 
 
@@ -45,6 +48,7 @@ class PipelineMix:
     verifiers: Counter = field(default_factory=Counter)  # profile slug -> count
     drafters: Counter = field(default_factory=Counter)
     gpu_drafters: int = 0  # drafters on GPUs (may verify)
+    k_policy: dict | None = None  # the policy it runs today
 
 
 def _hw(profiles: dict[str, HardwareProfile], counter: Counter) -> Hardware | None:
@@ -91,6 +95,7 @@ def current_fleet(
             operating_batch(pipeline, measured),
             int((pipeline.auto_bounds or {}).get("k_max", 8)),
         )
+        mix.k_policy = pipeline.k_policy
         for (role, slug, _retired), n in placed.items():
             (mix.verifiers if role == PlacementRole.VERIFY else mix.drafters)[slug] += n
             if role == PlacementRole.DRAFT and profiles[slug].kind == ProfileKind.GPU:
@@ -102,8 +107,14 @@ def current_fleet(
 
 
 def evaluate(
-    mixes: list[PipelineMix], profiles: dict, prices: dict[str, float] | None = None
+    mixes: list[PipelineMix],
+    profiles: dict,
+    prices: dict[str, float] | None = None,
+    *,
+    today: bool = False,
 ) -> dict:
+    """Fleet figures for `mixes`: at each pipeline's own k policy (`today`) or at the best k
+    for its mix."""
     prices = prices or {}
     rows, total_tps, total_w, total_usd, unpriced = [], 0.0, 0.0, 0.0, set()
     for mix in mixes:
@@ -140,7 +151,7 @@ def evaluate(
                 }
             )
             continue
-        p = best_k_at(m, mix.batch, k_max=mix.k_max)
+        p = _at_policy(m, mix) if today else best_k_at(m, mix.batch, k_max=mix.k_max)
         total_tps += p.goodput_tps
         total_w += p.power_w
         total_usd += usd
@@ -170,6 +181,38 @@ def evaluate(
         "unpriced_profiles": sorted(unpriced),
         "pipelines": rows,
     }
+
+
+def _at_policy(m: PipelineModel, mix: PipelineMix):
+    try:
+        return predict_policy(m, mix.k_policy or {}, mix.batch)
+    except (ValueError, TypeError):  # no valid policy stored: the planner's choice
+        return best_k_at(m, mix.batch, k_max=mix.k_max)
+
+
+def measured_fleet(mixes: list[PipelineMix]) -> dict:
+    """What the telemetry measured for these pipelines at the k they run (the planner's measured
+    row: loaded 10 s buckets of the last minutes); pipelines without traffic are counted apart."""
+    tps = watts = 0.0
+    seen = 0
+    pipelines = Pipeline.objects.in_bulk([mix.pipeline_id for mix in mixes])
+    for mix in mixes:
+        row = measurements.measured_row(pipelines[mix.pipeline_id])
+        if row is None or row["goodput_tps"] is None:
+            continue
+        seen += 1
+        tps += row["goodput_tps"]
+        watts += row["power_w"] or 0.0
+    return {
+        "pipelines": seen,
+        "of": len(mixes),
+        "tokens_per_s": round(tps, 2) if seen else None,
+        "power_w": round(watts, 1) if seen else None,
+        "tokens_per_j": round(tps / watts, 5) if seen and watts else None,
+    }
+
+
+DELTA_KEYS = ("tokens_per_s", "power_w", "tokens_per_j", "usd_per_hour", "usd_per_million_tokens")
 
 
 def _spread(mixes: list[PipelineMix], n: int, add) -> None:
@@ -249,11 +292,20 @@ def what_if(changes: dict, *, include_simulated: bool = True) -> dict:
         "slug", flat=True
     )
     prices = {k: float(v) for k, v in (changes.get("prices") or {}).items()}
-    before = evaluate(mixes, profiles, prices)
+    before = evaluate(mixes, profiles, prices, today=True)
+    measured = measured_fleet(mixes)
     notes = apply_changes(mixes, profiles, changes)
-    after = evaluate(mixes, profiles, prices)
+    after = evaluate(mixes, profiles, prices, today=True)
     notes += [
         f"profile {slug!r} lacks bandwidth or FLOPs: its pipelines are not modeled"
         for slug in unusable
     ]
-    return {"modeled": True, "changes": changes, "before": before, "after": after, "notes": notes}
+    return {
+        "modeled": True,
+        "changes": changes,
+        "before": before,
+        "measured": measured,
+        "after": after,
+        "delta": {key: (before[key], after[key]) for key in DELTA_KEYS},
+        "notes": notes,
+    }

@@ -51,6 +51,7 @@ from fleet.accounts.principal import Refused, principal_for
 from fleet.accounts.secrets import same
 from fleet.telemetry import admission, metrics_vllm
 from fleet.telemetry.ingest import client
+from fleet.telemetry.metrics_slo import SloCollector
 from fleet.telemetry.samples import LATENCY_BUCKETS
 from fleet.telemetry.snapshot import LIVE_KEY
 from inference.ledger_report import LedgerCollector
@@ -383,6 +384,7 @@ def render_metrics(snapshot: dict[str, dict] | None = None, *, per_node: bool = 
     )
     registry.register(collector)
     registry.register(LedgerCollector())  # the ledger's outcomes and dead letters
+    registry.register(SloCollector())  # SLOs and supervised children, for the alert rules
     return generate_latest(registry)
 
 

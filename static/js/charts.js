@@ -43,7 +43,7 @@
   var CHARTS = [
     ["ch-accept", [
       { key: "acceptance_rate", name: "acceptance rate", color: C.accept, scale: 100, unit: "%" },
-      { key: "alpha", name: "α (est.)", color: C.alpha, scale: 100, unit: "%" },
+      { key: "alpha", name: "α (est.)", color: C.alpha, scale: 100, unit: "%", dash: "dash" },
     ], { yaxis: { ticksuffix: "%", range: [0, 100], gridcolor: C.grid } }],
     ["ch-length", [{ key: "mean_acceptance_length", name: "mean acceptance length", color: C.length }]],
     ["ch-k", [
@@ -90,9 +90,11 @@
     LAST_FIELDS.forEach(function (key) { shown[key] = last[key]; });
     return { stats: shown, last: last };
   }
-  function updateKpis(live, lastMeasured) {
+  function updateKpis(live, lastMeasured, slo) {
     var picked = withLast(live, lastMeasured);
     var stats = picked.stats;
+    T.windowLabel(document.getElementById("kpis"), picked.last);
+    T.sloBreach(document, stats, slo);
     var note = picked.last ? '<span class="last-measured">last measured ' + T.ago(picked.last.age_s) + "</span>" : "";
     T.setHTML(document, '[data-k="acc_last"]', note);
     T.setHTML(document, '[data-k="mal_last"]', note);
@@ -162,11 +164,16 @@
     var version = shown && shown.dataset.version ? Number(shown.dataset.version) : null;
     var state = { range: hist.range || "1h", markers: hist.markers || [], slo: hist.slo || {}, version: version };
     var charts = [];
+    // a range the page was opened with (?range=, a shared view) is shown whole at once
+    var linked = new URLSearchParams(location.search).get("range") === state.range;
     CHARTS.forEach(function (spec) {
       var el = document.getElementById(spec[0]);
+      if (el) {
+        el._windowMs = RANGE_MS[state.range];
+        el._explicit = linked;
+      }
       if (el && T.lineChart(el, hist.series || { t: [] }, spec[1], spec[2])) {
         el._spec = spec;
-        el._windowMs = RANGE_MS[state.range];
         charts.push(el);
       }
     });
@@ -185,6 +192,9 @@
     }
     function setRange(range) {
       state.range = range;
+      var params = new URLSearchParams(location.search); // the view stays in its URL
+      params.set("range", range);
+      history.replaceState(null, "", location.pathname + "?" + params + location.hash);
       document.querySelectorAll("[data-range]").forEach(function (b) {
         b.setAttribute("aria-pressed", b.dataset.range === range ? "true" : "false");
       });
@@ -239,7 +249,7 @@
     var pointDue = T.every(2000);
     var barsDue = T.every(1000);
     function onStats(ts, stats, nodes, last, summary) {
-      updateKpis(stats || {}, last);
+      updateKpis(stats || {}, last, state.slo);
       if (barsDue()) bars(stats || {});
       if (pointDue()) charts.forEach(function (el) { T.appendPoint(el, ts, stats || {}); });
       if (nodes) updateRows(nodes, summary);

@@ -73,7 +73,21 @@
   }
   /* Sorted by a column of what every row has (name, state, role, pipeline), then by name:
      the live figures are sent only for the rows in view, so they cannot order the rest. */
-  var sort = { key: "name", dir: 1 };
+  var SORTS = ["name", "state", "role", "pipeline"];
+  var asked = new URLSearchParams(location.search);
+  var sort = { key: SORTS.indexOf(asked.get("sort")) >= 0 ? asked.get("sort") : "name", dir: asked.get("dir") === "desc" ? -1 : 1 };
+  /* The view in the URL (filters and sort), so it can be shared or reloaded as it is. */
+  function syncUrl() {
+    var params = new URLSearchParams();
+    new FormData(form).forEach(function (v, k) {
+      if (v) params.set(k, v);
+    });
+    if (sort.key !== "name" || sort.dir < 0) {
+      params.set("sort", sort.key);
+      params.set("dir", sort.dir > 0 ? "asc" : "desc");
+    }
+    history.replaceState(null, "", location.pathname + (params.toString() ? "?" + params : ""));
+  }
   function sortValue(r, key) {
     if (key === "pipeline") return r.pipeline ? pipelineNames[r.pipeline] || "#" + r.pipeline : "\uffff";
     if (key === "role") return r.role || "\uffff";
@@ -105,6 +119,7 @@
       var key = th.dataset.sort;
       sort = { key: key, dir: sort.key === key ? -sort.dir : 1 };
       marks();
+      syncUrl();
       refilter();
       wrap.scrollTop = 0;
       render();
@@ -154,7 +169,7 @@
       '<td class="c-name"></td><td class="c-state"></td><td class="c-role"></td><td class="c-pipe"></td>' +
       '<td class="num c-power"></td><td class="c-util"><span class="bar"><span></span></span><span class="v"></span></td>' +
       '<td class="num c-batch"></td><td class="num c-tps"></td><td class="num c-acc"></td><td class="num c-seen dim"></td>';
-    tr.style.height = rowH + "px";
+    if (measured) tr.style.height = rowH + "px";
     return tr;
   }
   function cell(tr, cls) {
@@ -237,20 +252,26 @@
       empty.remove();
     }
     shownIds = ids;
-    if (n) measure(pool[0]);
+    // a row whose content outgrew the height (a wrapped pill, a longer figure): measure again
+    for (var k = 0; measured && k < n; k++) if (pool[k].scrollHeight > rowH + 1) measured = false;
+    if (n) measure();
     sendView();
   }
-  /* Once: the real height of a row (fonts, pills) becomes the table's row height. */
+  /* The real height of a row (fonts, pills; a table row on wide screens, a card on a phone)
+     becomes the table's row height: the tallest of the rows shown, measured without the height
+     the table gives them (else a phone's cards keep a table row's 41 px and overlap). Measured
+     again when the layout may change (a resize, a rotated phone) or a row outgrows it. */
   var measured = false;
-  function measure(tr) {
-    if (measured) return;
+  function measure() {
+    if (measured || !pool.length) return;
     measured = true;
-    var h = Math.round(tr.getBoundingClientRect().height);
-    if (h > 0 && Math.abs(h - rowH) > 1) {
-      rowH = h;
-      pool.forEach(function (p) { p.style.height = rowH + "px"; });
-      render();
-    }
+    var h = 0;
+    pool.forEach(function (p) { p.style.height = ""; });
+    pool.forEach(function (p) { h = Math.max(h, Math.ceil(p.getBoundingClientRect().height)); });
+    var changed = h > 0 && h !== rowH;
+    if (h > 0) rowH = h;
+    pool.forEach(function (p) { p.style.height = rowH + "px"; });
+    if (changed) render();
   }
 
   var scrollQueued = false;
@@ -262,7 +283,10 @@
       render();
     });
   });
-  window.addEventListener("resize", function () { render(); });
+  window.addEventListener("resize", function () {
+    measured = false;
+    render();
+  });
 
   // --- what the server sends ------------------------------------------------------------------
   var socket;
@@ -328,6 +352,7 @@
     T.setText(root, '[data-k="acc"]', T.pct(last ? last.acceptance_rate : k.acceptance_rate));
     T.setText(root, '[data-k="mal"]', T.fmt(last ? last.mean_acceptance_length : k.mean_acceptance_length, 2));
     T.setHTML(root, '[data-k="acc_last"]', last ? '<span class="dim small">last measured ' + ago(last.age_s) + "</span>" : "");
+    T.windowLabel(root, last);
   }
   function headline(msg) {
     if (msg.ts) serverNow = msg.ts;
@@ -391,12 +416,7 @@
     render();
     kpis(lastKpis);
     nodeCount(lastKpis);
-    var params = new URLSearchParams();
-    var f = new FormData(form);
-    f.forEach(function (v, k) {
-      if (v) params.set(k, v);
-    });
-    history.replaceState(null, "", location.pathname + (params.toString() ? "?" + params : ""));
+    syncUrl();
   });
 
   socket = new T.LiveSocket("/ws/live/", { subscribe: [{ topic: "fleet" }], onMessage: function (m) {

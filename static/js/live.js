@@ -5,7 +5,7 @@
 
   var COLORS = {
     accept: "#3ecf8e",
-    alpha: "#9be9c4",
+    alpha: "#f08cf7", // α beside acceptance on one chart: a hue apart from its green, dashed
     length: "#7aa2ff",
     tokens: "#7aa2ff",
     batch: "#f5a524",
@@ -243,7 +243,9 @@
         type: "scatter",
         mode: "lines",
         yaxis: tr.axis || "y",
-        line: { color: tr.color, width: 2, shape: "spline", smoothing: 0.6, dash: tr.dash || "solid" },
+        // straight segments between measured points: a spline overshoots sparse ones (a dip
+        // below zero, a peak that was never measured)
+        line: { color: tr.color, width: 2, shape: "linear", dash: tr.dash || "solid" },
         fill: tr.fill || "none",
         fillcolor: tr.fillcolor,
         connectgaps: false,
@@ -259,6 +261,14 @@
     if (!el._windowMs) el._windowMs = WINDOW_MS;
     var extra = Object.assign({ showlegend: traces.length > 1 }, extraLayout);
     extra.xaxis = Object.assign({}, layout().xaxis, extra.xaxis || {}, { range: xRange(el) });
+    extra.yaxis = Object.assign({}, layout().yaxis, extra.yaxis || {});
+    // a right-hand axis gets the room its tick labels need (they were cut off at the edge)
+    if (extra.yaxis2 || traces.some(function (tr) { return tr.axis === "y2"; })) {
+      extra.yaxis2 = Object.assign({ overlaying: "y", side: "right" }, extra.yaxis2 || {});
+      var margin = Object.assign({}, layout().margin, extra.margin || {});
+      margin.r = Math.max(margin.r, 48);
+      extra.margin = margin;
+    }
     Plotly.newPlot(el, data, layout(extra), CONFIG);
     el._traces = traces;
     el._decor = { shapes: [], annotations: [] };
@@ -365,7 +375,38 @@
     return el ? JSON.parse(el.textContent) : null;
   }
 
+  /* The window a live figure covers: the aggregator's live window while there is traffic,
+     the rollup bucket a "last measured" figure comes from when there is none (data-live,
+     data-rollup on each [data-window] label, rendered by the server). */
+  function windowLabel(root, last) {
+    (root || document).querySelectorAll("[data-window]").forEach(function (el) {
+      var text = last ? el.dataset.rollup : el.dataset.live;
+      if (text && el.textContent !== text) el.textContent = text;
+    });
+  }
+  /* An SLO breach colours the figure: every [data-k=key] (and its KPI card) above slo[key]. */
+  function sloBreach(root, stats, slo) {
+    ["itl_p99_ms", "ttft_p99_ms"].forEach(function (key) {
+      var limit = (slo || {})[key];
+      var v = (stats || {})[key];
+      var over = limit != null && v != null && v > limit;
+      (root || document).querySelectorAll('[data-k="' + key + '"]').forEach(function (el) {
+        el.classList.toggle("slo-breach", over);
+        if (over) el.title = "above its SLO of " + fmt(limit, 0) + " ms";
+        else el.removeAttribute("title");
+        var card = el.closest(".kpi");
+        if (card) card.classList.toggle("kpi-breach", !!card.querySelector(".slo-breach"));
+      });
+      (root || document).querySelectorAll('[data-slo-note="' + key + '"]').forEach(function (el) {
+        var text = over ? "above SLO " + fmt(limit, 0) + " ms" : "";
+        if (el.textContent !== text) el.textContent = text;
+      });
+    });
+  }
+
   window.Tandem = {
+    windowLabel: windowLabel,
+    sloBreach: sloBreach,
     COLORS: COLORS,
     fmt: fmt,
     pct: pct,

@@ -43,6 +43,7 @@
     T.setText(root, '[data-o="acc"]', T.pct(lastOr(k, "acceptance_rate")));
     T.setText(root, '[data-o="mal"]', T.fmt(lastOr(k, "mean_acceptance_length"), 2));
     T.setHTML(root, '[data-o="acc_last"]', lastNote(k));
+    T.windowLabel(root.querySelector(".kpis"), k.acceptance_rate == null && k.last_measured);
     // the real nodes, as every headline figure; the simulated ones said apart
     var states = k.states || t.states || {};
     T.setText(root, '[data-o="online"]', String(states.online || 0));

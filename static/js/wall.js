@@ -52,19 +52,61 @@
     var lastCount = -1;
     var FIT_LEVELS = 5;
 
-    /* No scrolling on a wall: drop detail level by level until the page fits the screen. */
+    /* No scrolling on a wall: the fleet charts and the cards share the screen (wall.css), and
+       detail is dropped level by level while something does not fit: the page scrolls (a
+       phone), a card cuts its figures off, or a chart or sparkline is too short to read. */
+    var SPARK_MIN = 56; // px: shorter than this, a sparkline is a smear
+    var CHART_MIN = 110;
+    function tall(selector, min) {
+      var els = document.querySelectorAll(selector);
+      for (var i = 0; i < els.length; i++) {
+        if (els[i].offsetParent !== null && els[i].getBoundingClientRect().height < min) return false;
+      }
+      return true;
+    }
+    function fits() {
+      if (document.documentElement.scrollHeight > window.innerHeight + 2) return false;
+      var boxes = document.querySelectorAll(".pipe-card, .wall-pipes");
+      for (var i = 0; i < boxes.length; i++) {
+        if (boxes[i].scrollHeight > boxes[i].clientHeight + 1) return false;
+      }
+      return tall(".pipe-spark", SPARK_MIN) && tall(".wall-charts .chart", CHART_MIN);
+    }
     function fit() {
       var body = document.body;
       for (var i = 1; i <= FIT_LEVELS; i++) body.classList.remove("fit-" + i);
       for (var level = 1; level <= FIT_LEVELS; level++) {
-        if (document.documentElement.scrollHeight <= window.innerHeight + 2) break;
+        if (fits()) break;
         body.classList.add("fit-" + level);
       }
+      // chart text grows with the screen too (11 px on a 4K wall is unreadable from a desk away)
+      var size = Math.max(11, Math.min(26, Math.round(window.innerWidth / 150)));
       document.querySelectorAll(".js-plotly-plot").forEach(function (el) {
-        if (el.offsetParent !== null) Plotly.Plots.resize(el);
+        if (el.offsetParent === null) return;
+        if (el.layout && el.layout.font && el.layout.font.size !== size) {
+          // and the margins that hold the tick labels, both axes (fixed: Plotly's automargin
+          // redraws in a loop on live charts)
+          Plotly.relayout(el, { "font.size": size, "margin.l": Math.round(size * 3.6), "margin.b": Math.round(size * 2.3),
+            "margin.r": el.layout.yaxis2 ? Math.round(size * 4) : 12 });
+        }
+        Plotly.Plots.resize(el);
       });
     }
-    window.addEventListener("resize", function () { fit(); });
+    /* A chart follows its box (Plotly's own resize follows the window only): the boxes share
+       the screen, so a card that changes (a note appears, a pipeline is added) resizes them. */
+    var boxes = window.ResizeObserver ? new ResizeObserver(function (entries) {
+      entries.forEach(function (e) {
+        var el = e.target;
+        var h = el._fullLayout && el._fullLayout.height;
+        if (el.offsetParent !== null && el.data && Math.abs((h || 0) - e.contentRect.height) > 1) Plotly.Plots.resize(el);
+      });
+    }) : null;
+    function follow(el) { if (boxes && el) boxes.observe(el); }
+    var refit = null;
+    window.addEventListener("resize", function () {
+      clearTimeout(refit);
+      refit = setTimeout(fit, 100);
+    });
 
     function clock() {
       var now = new Date();
@@ -95,6 +137,8 @@
     function simLayout(on) { return on ? { yaxis2: simAxis, margin: { l: 44, r: 52, t: 8, b: 28 } } : {}; }
     var chTokens = T.lineChart(document.getElementById("w-tokens"), fleetSeries, tokenTraces, Object.assign({}, big, simLayout(simTokens)));
     var chPower = T.lineChart(document.getElementById("w-power"), fleetSeries, powerTraces, Object.assign({}, big, simLayout(simPower)));
+    follow(chTokens);
+    follow(chPower);
     /* A live point: the real nodes' headline figures, the simulated ones apart. */
     function fleetPoint(k, ks) {
       return {
@@ -122,6 +166,7 @@
         '<div><div class="label">tokens/J</div><div class="value" data-p="tpj"></div></div>' +
         '<div><div class="label">power is</div><div data-p="src"></div></div>' +
         "</div>" +
+        '<div class="pipe-last" data-p="last"></div>' +
         '<div class="pipe-spark"></div>';
       pipes.appendChild(el);
       var series = (data.pipeline_series || {})[String(p.id)] || { t: [] };
@@ -135,6 +180,7 @@
         Plotly.restyle(spark, { yaxis: "y2" }, [1]);
         Plotly.relayout(spark, { yaxis2: { overlaying: "y", side: "right", range: [0, 100], dtick: 25, ticksuffix: "%", gridcolor: "rgba(0,0,0,0)", color: C.accept } });
       }
+      follow(spark);
       cards[p.id] = { el: el, spark: spark };
       return cards[p.id];
     }
@@ -147,7 +193,8 @@
       T.setText(c.el, '[data-p="tps"]', T.fmt(s.tokens_per_s, 0));
       var last = s.acceptance_rate == null ? p.last_measured : null; // no traffic now
       T.setText(c.el, '[data-p="acc"]', T.pct((last || s).acceptance_rate, 0));
-      T.setText(c.el, '[data-p="mal"]', T.fmt((last || s).mean_acceptance_length, 2) + (last ? " (last measured " + T.ago(last.age_s) + ")" : ""));
+      T.setText(c.el, '[data-p="mal"]', T.fmt((last || s).mean_acceptance_length, 2));
+      T.setText(c.el, '[data-p="last"]', last ? "acceptance and mean length: last measured " + T.ago(last.age_s) : "");
       T.setText(c.el, '[data-p="batch"]', T.fmt(s.batch_mean, 1));
       T.setText(c.el, '[data-p="itl"]', s.itl_p99_ms == null ? "—" : T.fmt(s.itl_p99_ms, 0) + " ms");
       T.setText(c.el, '[data-p="power"]', T.watts(s.power_w));
@@ -180,6 +227,7 @@
       T.setText(root, '[data-w="mal"]', T.fmt((last || k).mean_acceptance_length, 2));
       T.setText(root, '[data-w="alpha"]', T.fmt((last || k).alpha, 2));
       T.setHTML(root, '[data-w="acc_last"]', last ? " · last measured " + T.ago(last.age_s) : "");
+      T.windowLabel(root, last);
       var real = k.states || t.states; // the real nodes, as every headline; simulated apart
       T.setText(root, '[data-w="online"]', String((real || {}).online || 0));
       T.setText(root, '[data-w="nodes"]', String(k.nodes != null ? k.nodes : t.nodes || 0));

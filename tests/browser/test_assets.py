@@ -158,6 +158,38 @@ def test_the_wall_dims_when_its_feed_stops_and_comes_back(stack, chromium, viewe
         feeder.stop()
 
 
+# Cards of the live table that overlap the next one or cut their own content off.
+CARDS_APART = """() => {
+  const rows = [...document.querySelectorAll('#nodes tbody tr[data-id]')];
+  const bad = [];
+  rows.forEach((tr, i) => {
+    const r = tr.getBoundingClientRect();
+    if (tr.scrollHeight > tr.clientHeight + 1) bad.push(tr.dataset.name + ' cut');
+    const next = rows[i + 1] && rows[i + 1].getBoundingClientRect();
+    if (next && next.top < r.bottom - 1) bad.push(tr.dataset.name + ' overlaps the next');
+    for (const td of tr.querySelectorAll('td')) {
+      const c = td.getBoundingClientRect();
+      if (c.height && c.bottom > r.bottom + 1) bad.push(tr.dataset.name + ' ' + td.className);
+    }
+  });
+  return bad;
+}"""
+# Names of the nodes in view that the browser does not show at their own place (another card
+# drawn over them, or clipped away).
+NAMES_SEEN = """() => {
+  const wrap = document.querySelector('#nodes').closest('.table-wrap').getBoundingClientRect();
+  const out = [];
+  for (const a of document.querySelectorAll('#nodes tbody tr[data-id] td:first-child a')) {
+    const r = a.getBoundingClientRect();
+    const x = r.left + Math.min(r.width / 2, 20), y = r.top + r.height / 2;
+    if (y < Math.max(wrap.top, 0) || y > Math.min(wrap.bottom, innerHeight)) continue;
+    const hit = document.elementFromPoint(x, y);
+    if (!hit || !a.contains(hit) || !r.width || !r.height) out.push(a.textContent);
+  }
+  return out;
+}"""
+
+
 def test_the_fleet_on_a_phone_shows_its_key_columns(stack, chromium, viewer, screenshots):
     world = build()
     context = chromium.new_context(viewport={"width": 390, "height": 844}, is_mobile=True)
@@ -167,11 +199,17 @@ def test_the_fleet_on_a_phone_shows_its_key_columns(stack, chromium, viewer, scr
         page.goto(f"{stack.url}/fleet/")
         probe = world["nodes"][0][0]
         row = f'#nodes tr[data-id="{probe.pk}"]'
+        # the live (virtual) table, not the server's first rows (issue 24.4: its inline row
+        # height made every card 41 px tall, so the cards overlapped and hid the names)
+        page.wait_for_selector("#nodes tr.vpad", state="attached", timeout=15000)
         page.wait_for_selector(row)
         for cell in ("td:first-child a", ".c-state", ".c-power", ".c-tps", ".c-acc"):
             box = page.locator(f"{row} {cell}").bounding_box()
             assert box is not None, cell
             assert box["x"] >= 0 and box["x"] + box["width"] <= 390 + 1, (cell, box)
+        assert page.evaluate(CARDS_APART) == [], "cards overlap or cut their content"
+        hidden = page.evaluate(NAMES_SEEN)
+        assert hidden == [], f"node names covered or clipped: {hidden}"
         # no sideways scrolling to reach them
         assert page.evaluate("() => document.documentElement.scrollWidth") <= 390
         page.screenshot(path=str(screenshots / "fleet-phone-cards.png"), full_page=False)

@@ -1,9 +1,11 @@
 """The live charts in a real Chromium, read from the drawn Plotly graphs: power by role drawn
-side by side (not stacked), the SLO lines, the time-range control, and a change marker that
-appears on an open page after a k change made through the REST API."""
+side by side (not stacked), the SLO lines, the time-range control, a change marker that
+appears on an open page after a k change made through the REST API, and (issue 24.9) axes
+that fit, colours told apart, straight lines, labelled windows and SLO breaches in red."""
 
 from __future__ import annotations
 
+import colorsys
 import json
 import time
 import urllib.request
@@ -12,6 +14,8 @@ import pytest
 
 from fleet.accounts.services import api_key_create
 from fleet.pipelines.services import pipeline_update
+from fleet.telemetry.aggregation import LIVE_WINDOW_S
+from fleet.telemetry.merge import ROLLUP_S
 from tests.browser.fleetdata import Feeder, build
 from tests.browser.pages import login
 
@@ -63,6 +67,59 @@ def _assert_power_side_by_side(traces, history: list) -> None:
             assert drawn is None
         else:
             assert drawn == pytest.approx(sent, abs=0.05)
+
+
+# Issue 24.9 -------------------------------------------------------------------------------
+
+# Text of a chart drawn outside its own box (the right axis' ticks were cut off).
+CLIPPED_TEXT = """id => {
+  const el = document.getElementById(id);
+  const box = el.getBoundingClientRect();
+  return [...el.querySelectorAll('.main-svg text')].filter(t => t.textContent.trim())
+    .map(t => [t.textContent, t.getBoundingClientRect()])
+    .filter(([, r]) => r.width && (r.right > box.right + 0.5 || r.left < box.left - 0.5))
+    .map(([text, r]) => text + ' ' + Math.round(r.left) + '..' + Math.round(r.right));
+}"""
+# Every drawn line of every chart: its shape, and whether its SVG path bends (a spline's C/Q).
+CURVES = """() => [...document.querySelectorAll('.js-plotly-plot')].flatMap(el =>
+  (el._fullData || []).filter(t => t.type === 'scatter').map(t => [el.id, t.name, t.line.shape]))
+  .concat([...document.querySelectorAll('.js-plotly-plot .scatterlayer path.js-line')]
+    .filter(p => /[CQSTcqst]/.test(p.getAttribute('d') || '')).map(p => ['path', 'curve', 'C']))"""
+BREACHES = """key => [...document.querySelectorAll('[data-k="' + key + '"]')]
+  .filter(el => el.textContent.trim() && el.textContent.trim() !== '—')
+  .map(el => [parseFloat(el.textContent), el.classList.contains('slo-breach')])"""
+
+
+def _hue(color: str) -> float:
+    r, g, b = (int(color.lstrip("#")[i : i + 2], 16) / 255 for i in (0, 2, 4))
+    return colorsys.rgb_to_hsv(r, g, b)[0] * 360
+
+
+def _assert_charts_tell_the_truth(page) -> None:
+    """Right axes fit their chart, acceptance and α are told apart, straight lines between
+    measured points, the live acceptance says its window, an SLO breach turns the figure red."""
+    for chart in ("ch-rates", "ch-accept", "ch-itl"):
+        assert page.evaluate(CLIPPED_TEXT, chart) == [], chart
+    traces = page.evaluate(
+        "() => document.getElementById('ch-accept')._fullData.map(t => [t.name, t.line.color, "
+        "t.line.dash])"
+    )
+    (_, accept, accept_dash), (_, alpha, alpha_dash) = traces
+    apart = abs(_hue(accept) - _hue(alpha))
+    assert min(apart, 360 - apart) >= 60, traces  # not two greens
+    assert accept_dash != alpha_dash, traces
+    shapes = page.evaluate(CURVES)
+    assert shapes and all(shape == "linear" for _, _, shape in shapes), shapes
+    window = page.text_content("#kpis [data-window]")
+    assert window in (f"last {LIVE_WINDOW_S:g} s", f"{ROLLUP_S} s rollup"), window
+    # ITL p99 above its 60 ms SLO (the feeder's tail is 40-90 ms): red, and said so
+    page.wait_for_selector('#kpis [data-k="itl_p99_ms"].slo-breach', timeout=10000)
+    page.wait_for_selector('#kpis .kpi.kpi-breach [data-slo-note="itl_p99_ms"]')
+    assert "above SLO 60 ms" in page.text_content('#kpis [data-slo-note="itl_p99_ms"]')
+    for value, red in page.evaluate(BREACHES, "itl_p99_ms"):
+        assert red == (value > 60.0), (value, red)
+    for value, red in page.evaluate(BREACHES, "ttft_p99_ms"):  # 80-200 ms under 400 ms
+        assert not red and value <= 400.0, value
 
 
 def test_power_by_role_is_not_stacked(stack, chromium, viewer):
@@ -133,6 +190,8 @@ def test_time_range_slo_lines_and_a_change_marker(stack, chromium, viewer, opera
         login(page, stack.url, viewer.username)
         page.goto(f"{stack.url}/pipelines/{pipeline.pk}/")
         _wait_chart(page, "ch-itl")
+        _wait_chart(page, "ch-rates")
+        _assert_charts_tell_the_truth(page)
 
         # the configured SLOs are horizontal lines on the latency charts
         shapes = page.evaluate(

@@ -61,7 +61,9 @@ def test_what_if_page_renders_for_operator(fleet, operator, client):
     )
     assert page.status_code == 200
     assert (
-        b"Fleet, modeled" in page.content and b"Before" in page.content and b"After" in page.content
+        b"today's configuration" in page.content
+        and b"Before" in page.content
+        and b"After" in page.content
     )
 
 

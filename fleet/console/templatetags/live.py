@@ -6,6 +6,9 @@ from django import template
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
+from fleet.telemetry.aggregation import LIVE_WINDOW_S
+from fleet.telemetry.merge import ROLLUP_S
+
 register = template.Library()
 
 
@@ -79,3 +82,19 @@ def get(mapping, key):
     if not mapping:
         return None
     return mapping.get(key) if hasattr(mapping, "get") else None
+
+
+@register.simple_tag
+def kpi_window(last=False):
+    """The window a live acceptance figure covers, beside its label: the aggregator's live
+    window (the samples of the last few seconds, so it swings) or, once traffic stops, the
+    rollup bucket the "last measured" figure comes from. live.js `windowLabel` switches it."""
+    live = f"last {LIVE_WINDOW_S:g} s"
+    rollup = f"{ROLLUP_S} s rollup"
+    return format_html(
+        '<span class="kpi-window" data-window data-live="{}" data-rollup="{}" '
+        'title="The figure covers this window">{}</span>',
+        live,
+        rollup,
+        rollup if last else live,
+    )

@@ -1,6 +1,7 @@
-"""Pipeline pages: list (viewers), create and the action controls (operators). A pipeline's
-own page, live figures, controls, revisions and audit log together, is the console's
-(`/pipelines/<id>/`); `/pipelines/<id>/edit` sends old links there.
+"""Pipeline pages (the console's, mounted at /pipelines/; the pipelines app does not import
+the data plane for a page): list (viewers), create and the action controls (operators). A
+pipeline's own page, live figures, controls, revisions and audit log together, is
+`/pipelines/<id>/` (live_views); `/pipelines/<id>/edit` sends old links there.
 
 Every POST goes through one service; refusals (400/409 in the API) come back as a message
 on the page. The console's pipeline page can include `pipelines/_actions.html` (context:

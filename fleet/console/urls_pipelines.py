@@ -1,9 +1,10 @@
-"""Pages of the pipelines app (mounted at /pipelines/)."""
+"""Pipeline pages, included under /pipelines/ (URL names `pipelines:*`, as before they moved
+here from the pipelines app, which does not import the data plane for a page)."""
 
 from django.urls import path
 from django.views.generic import RedirectView
 
-from fleet.pipelines import views
+from fleet.console import pipeline_views as views
 
 app_name = "pipelines"
 

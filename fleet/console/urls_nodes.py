@@ -1,8 +1,8 @@
-"""Node pages, included under /nodes/."""
+"""Node pages, included under /nodes/ (URL names `nodes:*`, as before they moved here)."""
 
 from django.urls import path
 
-from fleet.nodes import views
+from fleet.console import node_views as views
 
 app_name = "nodes"
 

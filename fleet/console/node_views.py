@@ -1,5 +1,7 @@
-"""Node registry pages: list, register (admin; shows the token once) and the node actions
-(drain and return: operators; retire and rotate the token: admins, after a confirmation).
+"""Node registry pages (the console's, mounted at /nodes/; the nodes app imports neither
+pipelines nor the data plane): list, register (admin; shows the token once) and the node
+actions (drain and return: operators; retire and rotate the token: admins, after a
+confirmation).
 A node's own page, registry facts and live figures together, is the console's
 (`/nodes/<id>/`); it includes `nodes/_actions.html` for the same controls. Login required;
 the policy is the same `can()` the API uses, and each action calls the service its REST
@@ -19,8 +21,8 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from fleet.accounts.errors import Conflict, errors_text
 from fleet.accounts.principal import require
+from fleet.console.node_forms import NodeActionForm, NodeListFilterForm, NodeRegisterForm
 from fleet.nodes import selectors, services
-from fleet.nodes.forms import NodeActionForm, NodeListFilterForm, NodeRegisterForm
 from fleet.nodes.models import Node, NodeConflict
 from fleet.pipelines import node_actions
 
