@@ -325,17 +325,12 @@ def test_every_benchmark_of_the_data_plane_lives_in_inference_bench(benchmark):
 # -- issue 25: the domain apps' walls, the text room, the runtime --------------------------
 
 
-PAGES_MOVE = "issue 25 item 1 moves the pipeline and node pages (views.py) to the console app"
-
-
-@pytest.mark.xfail(strict=True, reason=PAGES_MOVE)
 def test_pipelines_never_import_the_data_plane():
     """Configuration pushes reach the data plane by a signal it receives
     (`signals.config_committed`, `inference.receivers`), never by an import."""
     assert crossings(source_files("fleet/pipelines"), ("inference",)) == []
 
 
-@pytest.mark.xfail(strict=True, reason=PAGES_MOVE)
 def test_nodes_never_import_pipelines_or_the_data_plane():
     """Nodes sit below pipelines: the node Redis keys are named here (`redis_keys`), the data
     plane's wire builds on them."""

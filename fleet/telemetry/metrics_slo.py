@@ -10,7 +10,7 @@ from django.db import DatabaseError
 from prometheus_client.core import GaugeMetricFamily
 
 from fleet.pipelines.models import Pipeline
-from fleet.supervision import PROBLEM_STATES, read_state
+from fleet.runtime.supervision import PROBLEM_STATES, read_state
 
 P = "tandem:"
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from fleet.pipelines.models import Pipeline
-from fleet.supervision import state_path, write_state
+from fleet.runtime.supervision import state_path, write_state
 from tests.telemetry.test_metrics_vllm import BY, MATCHER, NAME, _scrape, fleet  # noqa: F401
 
 pytestmark = pytest.mark.django_db
