@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from functools import partial
+
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone

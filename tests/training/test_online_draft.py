@@ -26,7 +26,7 @@ def pairs_from(target_dir, n=20):
     outs = generate(
         VerifyEngine(target, max_len=96), prompts, SamplingParams(temperature=0, max_tokens=12)
     )
-    return [(p, o.token_ids) for p, o in zip(prompts, outs)]
+    return [(p, o.token_ids) for p, o in zip(prompts, outs, strict=True)]
 
 
 def _snapshot(d):
