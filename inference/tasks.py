@@ -12,6 +12,7 @@ import logging
 
 from celery import shared_task
 
+from inference.learning import tasks as learning_tasks  # noqa: F401  (registers them)
 from inference.wire import TASK
 
 logger = logging.getLogger(__name__)

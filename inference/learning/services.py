@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from fleet.pipelines import bookkeeping
 from fleet.pipelines.models import Pipeline
+from inference.learning.launch import TRAIN_QUEUE
 from inference.learning.models import (
     CapturedPair,
     DraftStatus,
@@ -38,7 +39,6 @@ POLICY_FIELDS = (
     "promote_margin",
     "min_canary_tokens",
 )
-TRAIN_QUEUE = "train"
 VERSIONS_DIR = "learned"  # draft versions: DATA_DIR/models/learned/<pipeline>-v<n>
 CAPTURE_LAG = timedelta(seconds=1)  # a finish in the same second may still be committing
 
