@@ -50,13 +50,16 @@ class PolicyInput(serializers.Serializer):
 
 
 class DraftVersionSerializer(serializers.ModelSerializer):
-    parent = serializers.IntegerField(source="parent.number", read_only=True, default=None)
+    parent_version = serializers.SerializerMethodField()
+
+    def get_parent_version(self, obj) -> int | None:
+        return obj.parent.number if obj.parent is not None else None
 
     class Meta:
         model = DraftVersion
         fields = [
             "number",
-            "parent",
+            "parent_version",
             "path",
             "status",
             "created_at",

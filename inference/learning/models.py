@@ -81,7 +81,7 @@ class DraftStatus(models.TextChoices):
 TERMINAL = frozenset(
     {DraftStatus.FAILED, DraftStatus.REJECTED, DraftStatus.ROLLED_BACK, DraftStatus.RETIRED}
 )
-TRANSITIONS = {
+TRANSITIONS: dict[str, set[str]] = {
     DraftStatus.TRAINING: {DraftStatus.CANDIDATE, DraftStatus.FAILED},
     DraftStatus.CANDIDATE: {DraftStatus.PROMOTED, DraftStatus.REJECTED},
     DraftStatus.PROMOTED: {DraftStatus.ROLLED_BACK, DraftStatus.RETIRED},

@@ -70,7 +70,7 @@ class Arm:
         return self.tokens / self.seconds if self.seconds > 0 else None
 
 
-def _arm(rows: list[dict]) -> Arm:
+def _arm(rows) -> Arm:
     drafted = accepted = tokens = 0
     seconds = 0.0
     for r in rows:
@@ -86,13 +86,14 @@ def _arm(rows: list[dict]) -> Arm:
 def measured_arms(pipeline, *, since: datetime, fraction: float | None) -> tuple[Arm, Arm]:
     """(serving arm, canary arm) over generations created and finished since `since`: a
     generation's arm is `split.in_canary` of its id (no canary: everything is serving)."""
-    rows = list(
-        Generation.objects.filter(
+    rows: list[dict] = [
+        dict(r)
+        for r in Generation.objects.filter(
             pipeline=pipeline,
             state=GenerationState.FINISHED,
             created_at__gte=since,
         ).values("id", "counters", "output_tokens", "started_at", "finished_at")
-    )
+    ]
     canary = [r for r in rows if fraction and split.in_canary(str(r["id"]), fraction)]
     ids = {r["id"] for r in canary}
     return _arm([r for r in rows if r["id"] not in ids]), _arm(canary)

@@ -98,7 +98,7 @@ def capture(*, policy: LearningPolicy, now: datetime | None = None) -> int:
             user_id=uid,
             prompt_tokens=prompt,
             output_tokens=output,
-            created_at=at,
+            created_at=at or until,
         )
         for gid, uid, prompt, output, at in rows
         if gid not in taken and output and prompt

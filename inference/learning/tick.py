@@ -18,7 +18,7 @@ logger = logging.getLogger(__name__)
 
 def tick(*, now: datetime | None = None) -> dict:
     now = now or timezone.now()
-    report = {"purged": services.purge(now=now), "lost": services.training_lost(now=now)}
+    report: dict = {"purged": services.purge(now=now), "lost": services.training_lost(now=now)}
     report |= {"captured": 0, "decided": [], "rolled_back": 0, "started": []}
     for version in DraftVersion.objects.filter(status=DraftStatus.CANDIDATE).select_related(
         "pipeline"
