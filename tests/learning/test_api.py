@@ -78,3 +78,18 @@ def test_an_unknown_pipeline_is_a_404(learning, operator):
     client = client_for(operator)
     assert client.get("/api/v1/pipelines/9999/learning").status_code == 404
     assert client.patch("/api/v1/pipelines/9999/learning", {}, format="json").status_code == 404
+
+
+def test_schema_of_learning_generates_without_warnings():
+    from django.urls import include, path
+    from drf_spectacular.drainage import GENERATOR_STATS
+    from drf_spectacular.generators import SchemaGenerator
+    from drf_spectacular.validation import validate_schema
+
+    GENERATOR_STATS.reset()
+    patterns = [path("api/v1/", include("inference.learning.urls_api"))]
+    schema = SchemaGenerator(patterns=patterns).get_schema(request=None, public=True)
+    validate_schema(schema)
+    assert not GENERATOR_STATS, (GENERATOR_STATS._warn_cache, GENERATOR_STATS._error_cache)
+    assert {"get", "patch"} <= set(schema["paths"]["/api/v1/pipelines/{id}/learning"])
+    assert "post" in schema["paths"]["/api/v1/pipelines/{id}/draft-versions"]
