@@ -10,6 +10,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
+from fleet.console.selectors import change_markers
 from fleet.pipelines.models import AuditEvent, Pipeline
 from inference.learning import canary, job, services
 from inference.learning.models import DraftStatus, DraftVersion
@@ -82,6 +83,10 @@ def test_better_by_the_margin_it_is_promoted_through_the_audited_swap(candidate,
     promote = AuditEvent.objects.get(pipeline=learning, action="draft_promote")
     assert promote.actor_label == "learning" and promote.after["draft_version"] == 1
     assert canary_of(learning) is None  # the canary is over
+    markers = change_markers("pipeline", learning, since=timezone.now() - timedelta(minutes=5))
+    assert {"draft_train", "draft_canary", "draft_promote", "swap_draft"} <= {
+        m["action"] for m in markers
+    }
 
 
 def test_not_better_by_the_margin_or_slower_it_is_rejected(candidate, learning):
