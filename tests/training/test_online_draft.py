@@ -22,6 +22,7 @@ RECIPE = dict(minutes=2, n_layers=1, vocab=64, batch=4, max_steps=8)
 def pairs_from(target_dir, n=20):
     """(prompt, the target's own greedy output), as `capture` stores them."""
     target, tok = load_checkpoint(target_dir)
+    assert tok is not None
     prompts = [tok.encode(f"pair {i}: what comes next?") for i in range(n)]
     outs = generate(
         VerifyEngine(target, max_len=96), prompts, SamplingParams(temperature=0, max_tokens=12)
@@ -53,7 +54,9 @@ def test_a_draft_cut_from_the_target_then_distilled_on_pairs_again(tmp_path):
     )
     draft2, tok = load_checkpoint(v2)
     assert m2["start"] == str(v1)
-    assert torch.equal(draft2.vocab_ids, draft1.vocab_ids)
+    ids1, ids2 = draft1.vocab_ids, draft2.vocab_ids
+    assert isinstance(ids1, torch.Tensor) and isinstance(ids2, torch.Tensor)
+    assert torch.equal(ids2, ids1)
     assert m2["heldout_agreement_before"] == pytest.approx(m1["heldout_agreement"], abs=1e-3)
     changed = [
         k for k, v in draft2.state_dict().items() if not torch.equal(v, draft1.state_dict()[k])
