@@ -334,6 +334,8 @@ CELERY_BEAT_SCHEDULE = {
     "planner-auto-mode": {"task": "tandem.planner.auto_mode", "schedule": 30.0},
     # every Apply is measured afterwards and rolled back when it lost (fleet.planner.verification)
     "planner-verify-applied": {"task": "tandem.planner.verify_applied", "schedule": 5.0},
+    # learning from traffic: capture, purge, canary verdicts, rollback watch, next training
+    "learning-tick": {"task": "tandem.learning.tick", "schedule": 5.0},
 }
 
 LOGGING = {

@@ -14,6 +14,7 @@ api_v1 = [
     path("", include("inference.serving.urls_api")),
     path("", include("fleet.accounts.urls_api")),
     path("", include("fleet.pipelines.urls_api")),
+    path("", include("inference.learning.urls_api")),
     path("", include("fleet.planner.urls_api")),
     path("", include("fleet.console.urls_api")),
 ]

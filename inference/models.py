@@ -109,3 +109,11 @@ class Generation(models.Model):
         if self.first_token_at is None:
             return None
         return (self.first_token_at - self.created_at).total_seconds() * 1000
+
+
+# Learning from traffic (its own module; imported here so Django finds its models).
+from inference.learning.models import (  # noqa: E402, F401
+    CapturedPair,
+    DraftVersion,
+    LearningPolicy,
+)

@@ -24,6 +24,7 @@ from fleet.nodes.models import Node
 from fleet.pipelines.models import Pipeline
 from fleet.raw_models import insert_instance
 from inference import wire
+from inference.learning.selectors import canary_of
 from inference.models import Generation, GenerationState
 from inference.router import NoCapacity, needs_drafter, pick_pair
 from inference.selectors import generations_active
@@ -179,6 +180,12 @@ def generation_fail(
     return generation
 
 
+def worker_config(pipeline: Pipeline) -> dict:
+    """The configuration a worker of the pipeline runs by: the pipeline's, and the canary of
+    a candidate draft when one is canaried (`inference.learning`)."""
+    return {**pipeline.config(), "canary": canary_of(pipeline)}
+
+
 def push_pipeline_config(pipeline: Pipeline, *, node_ids: list[int] | None = None) -> None:
     """Send the pipeline's current configuration to every placed node's worker (or to those
     of `node_ids` still placed in it); workers apply it between rounds. Call after commit.
@@ -187,7 +194,7 @@ def push_pipeline_config(pipeline: Pipeline, *, node_ids: list[int] | None = Non
     payload = {
         "pipeline": pipeline.pk,
         "version": pipeline.version,
-        "config": pipeline.config(),
+        "config": worker_config(pipeline),
         "peers": sorted(everyone),  # whom its nodes exchange round messages with (wire)
     }
     targets = everyone if node_ids is None else [n for n in everyone if n in set(node_ids)]

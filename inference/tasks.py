@@ -10,6 +10,8 @@ import logging
 
 from celery import shared_task
 
+from inference.learning import tasks as learning_tasks  # noqa: F401  (registers them)
+
 logger = logging.getLogger(__name__)
 
 

@@ -27,6 +27,7 @@ CHILD_FACTORIES: list[str] = [
     "fleet.telemetry.launch.aggregator_children",
     "fleet.planner.launch.simulator_children",
     "inference.launch.ledger_children",
+    "inference.learning.launch.train_worker_children",
     "inference.worker.launch.node_children",
     "inference.worker.launch.train_children",
 ]

@@ -44,7 +44,9 @@ class DraftBenchConfig:
 
 def alpha(c: SpecCounters) -> float:
     """Per-token acceptance: accepted / judged draft tokens (see the module docstring)."""
-    acc, drafted = c.num_accepted_tokens_per_pos, c.num_draft_tokens_per_pos
+    drafted = c.num_draft_tokens_per_pos
+    acc = c.num_accepted_tokens_per_pos  # shorter when the last positions never passed
+    acc = acc + [0] * (len(drafted) - len(acc))
     judged = sum(
         min(drafted[i], acc[i - 1] if i else drafted[0]) if i < len(drafted) else 0
         for i in range(len(drafted))

@@ -22,6 +22,7 @@ from fleet.nodes import redis_acl
 from fleet.nodes.authentication import NodeAgent, NodeTokenAuthentication
 from fleet.nodes.signing import control_key, redis_password, token_key
 from fleet.pipelines.models import Placement
+from inference.services import worker_config
 
 
 class IsNodeAgent(permissions.BasePermission):
@@ -74,7 +75,7 @@ class NodeSessionView(APIView):
                 else {
                     "role": placement.role,
                     "pipeline": placement.pipeline_id,
-                    "config": placement.pipeline.config(),
+                    "config": worker_config(placement.pipeline),
                     "peers": placement_peers(placement.pipeline_id),
                 },
                 "signing_key": token_key(node.pk, request.auth),

@@ -260,3 +260,7 @@ def draft_ready(out: str | Path) -> bool:
     """A whole draft (its manifest is written last) in ``out``."""
     out = Path(out)
     return all((out / f).exists() for f in ("config.json", "model.safetensors", MANIFEST))
+
+
+# The pieces online distillation (`online.py`) shares with the first training.
+cpu_s, make_example, agreement, distil, save_draft = _cpu_s, _example, _agreement, _distil, _save

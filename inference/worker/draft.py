@@ -17,7 +17,7 @@ import time
 from collections import defaultdict, deque
 
 from fleet.planner.adaptive import AdaptiveK
-from inference.worker import cost_sweep
+from inference.worker import canary, cost_sweep
 from inference.worker.engine_loop import FINAL, BaseLoop
 
 logger = logging.getLogger(__name__)
@@ -178,6 +178,7 @@ class DraftLoop(BaseLoop):
         super().apply_pipeline_config(payload)
         if self.draft_ref() != self.loaded:  # a draft that failed to load is tried again
             self.swap_engine()
+        canary.apply(self)  # a candidate draft on a share of sequences (learning from traffic)
 
     def swap_engine(self) -> bool:
         """Load the configured draft and move every sequence over to it; False (and the old

@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from fleet.pipelines.models import AuditEvent
+from fleet.audit.models import AuditEvent
 from fleet.pipelines.services import pipeline_set_k_policy
 from fleet.planner import whatif
 from tests.pipelines.conftest import make_pipeline, online_node, place

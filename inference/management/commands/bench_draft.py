@@ -1,7 +1,9 @@
 """`manage.py bench_draft [--quick] --json FILE`: a target's learned draft against plain
 decoding and the n-gram drafter on held-out prompts (a thin wrapper over
 ``inference.bench.draft``). Trains the draft first (`train_draft`'s recipe) when it is
-missing, so `train_s` is always the draft's own training time."""
+missing, so `train_s` is always the draft's own training time. `online_alpha_gain_rel`
+(learning from traffic, ``inference.bench.online_draft``) is measured too unless --no-online;
+--online-only measures just that."""
 
 from __future__ import annotations
 
@@ -25,24 +27,51 @@ class Command(BaseCommand):
         parser.add_argument("--minutes", type=float, default=8.0, help="training budget if missing")
         parser.add_argument("--k", type=int, default=4)
         parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+        parser.add_argument("--no-online", action="store_true", help="skip online learning")
+        parser.add_argument("--online-only", action="store_true", help="only online learning")
 
     def handle(self, *args, json_path, quick, target, draft, minutes, k, threads, **opts):
+        target_dir = self._target(target)
+        result: dict = {}
+        if not opts["online_only"]:
+            result |= self._bench(
+                target_dir, draft, quick=quick, minutes=minutes, k=k, threads=threads
+            )
+        if not opts["no_online"]:
+            result |= self._online(target_dir, quick=quick, k=k, threads=threads)
+        self.stdout.write(json.dumps({k: v for k, v in result.items() if k != "draft_manifest"}))
+        if json_path:
+            Path(json_path).write_text(json.dumps(result, indent=2))
+
+    def _target(self, target):
         from fleet.pipelines.model_refs import model_dir
-        from inference.bench.draft import DraftBenchConfig, run_draft_bench
         from inference.bench.model_sources import find_or_convert_smollm2
+
+        if target:
+            return model_dir(target)
+        models = Path(settings.DATA_DIR) / "models"
+        found, why = find_or_convert_smollm2(
+            smol_dir=None, models_dir=models, log=self.stdout.write
+        )
+        if found is None:
+            raise CommandError(why)
+        return found
+
+    def _online(self, target_dir, *, quick, k, threads) -> dict:
+        from inference.bench.online_draft import OnlineBenchConfig, run_online_bench
+
+        work = Path(settings.DATA_DIR) / "bench" / f"online-{target_dir.name}"
+        cfg = OnlineBenchConfig(target=target_dir, work=work, k=k, threads=threads)
+        if quick:
+            cfg.start_minutes, cfg.learn_minutes = 2.0, 3.0
+            cfg.n_traffic, cfg.n_eval, cfg.max_tokens = 48, 8, 32
+        return run_online_bench(cfg, log=self.stdout.write)
+
+    def _bench(self, target_dir, draft, *, quick, minutes, k, threads) -> dict:
+        from inference.bench.draft import DraftBenchConfig, run_draft_bench
         from inference.management.commands.train_draft import default_out
         from inference.training.learned_draft import Recipe, draft_ready, train_learned_draft
 
-        models = Path(settings.DATA_DIR) / "models"
-        if target:
-            target_dir = model_dir(target)
-        else:
-            found, why = find_or_convert_smollm2(
-                smol_dir=None, models_dir=models, log=self.stdout.write
-            )
-            if found is None:
-                raise CommandError(why)
-            target_dir = found
         draft_dir = Path(draft) if draft else default_out(target_dir)
         if not draft_ready(draft_dir):
             self.stdout.write(f"bench_draft: no draft in {draft_dir}: training it first")
@@ -56,6 +85,4 @@ class Command(BaseCommand):
         timings = result["draft_manifest"].get("timings_s", {})
         result["train_s"] = timings.get("train_s")
         result["train_cpu_s"] = timings.get("cpu_s")
-        self.stdout.write(json.dumps({k: v for k, v in result.items() if k != "draft_manifest"}))
-        if json_path:
-            Path(json_path).write_text(json.dumps(result, indent=2))
+        return result
