@@ -137,10 +137,12 @@ def node_act(request, pk: int, action: str):
             node_actions.node_return(node_id=node.pk, actor=request.user, **args)
             done = f"{node.name} is back in service."
         elif action == "retire":
-            services.node_retire(node=node, expected_version=args["node_version"])
+            services.node_retire(
+                node=node, actor=request.user, expected_version=args["node_version"]
+            )
             done = f"{node.name} is retired; its tokens are revoked."
         else:
-            _token, plain = services.node_token_rotate(node=node)
+            _token, plain = services.node_token_rotate(node=node, actor=request.user)
             # Rendered, not redirected: the plain token exists only in this response.
             return render(
                 request,

@@ -136,6 +136,8 @@ def test_admin_retires_after_confirming(admin):
     assert node_for_token(token) is None  # its token died with it
     page = client.get(f"/nodes/{node.pk}/")
     assert b'id="node-actions"' not in page.content  # nothing left to do to a retired node
+    event = AuditEvent.objects.get(action="node.retire", node=node)
+    assert event.actor == admin  # audited as the admin who confirmed, not "system"
 
 
 def test_admin_rotates_a_token_and_sees_it_once(admin):
@@ -150,6 +152,7 @@ def test_admin_rotates_a_token_and_sees_it_once(admin):
     assert node_for_token(old) is None and node_for_token(new) == node
     assert NodeToken.objects.filter(node=node, revoked_at__isnull=True).count() == 1
     assert new.encode() not in client.get(f"/nodes/{node.pk}/").content
+    assert AuditEvent.objects.get(action="node.token_rotate", node=node).actor == admin
 
 
 def test_device_facts_are_labelled_with_units(viewer):
