@@ -6,6 +6,7 @@ no role. (Node-agent personas live with the nodes tests.)
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.test.utils import override_settings
 from rest_framework.test import APIClient
 
 from fleet.accounts.services import api_key_create, user_set_role
@@ -64,6 +65,15 @@ def client_for(user) -> APIClient:
 def as_persona(personas):
     """`as_persona("operator")` -> an API client for that persona; "anonymous" -> none."""
     return lambda name: client_for(personas.get(name))
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _fast_passwords():
+    """One password hasher for the whole run: PBKDF2's million rounds cost ~0.3 s a user
+    (personas are created per test) and test nothing of ours. The setting_changed signal
+    clears Django's hasher cache. Processes a test starts (`up`, workers) keep the real one."""
+    with override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]):
+        yield
 
 
 @pytest.fixture(autouse=True)

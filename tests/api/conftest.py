@@ -44,11 +44,6 @@ def write_model_dir(path, *, context: int = CONTEXT, chatml: bool = False):
     return path
 
 
-@pytest.fixture(autouse=True)
-def _fast_passwords(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def model_path(tmp_path):
     return write_model_dir(tmp_path / "byte-demo")

@@ -13,12 +13,6 @@ from fleet.nodes.services import node_register
 _names = itertools.count(1)
 
 
-@pytest.fixture(autouse=True)
-def _fast_passwords(settings):
-    # Personas are created per test; PBKDF2 would dominate the run time.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 def make_node(*, profile: str = "h100-sxm", roles=("verify",), **kwargs):
     """Registers a node through the service; returns (node, plain token)."""
     kwargs.setdefault("name", f"node-{next(_names)}")

@@ -15,11 +15,6 @@ from tests.nodes.conftest import make_node
 _names = itertools.count(1)
 
 
-@pytest.fixture(autouse=True)
-def _fast_passwords(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 def online_node(*, profile: str = "h100-sxm", roles=("verify", "draft"), **kwargs) -> Node:
     node, _ = make_node(
         profile=profile, roles=roles, name=kwargs.pop("name", f"pl-node-{next(_names)}"), **kwargs

@@ -197,11 +197,6 @@ ENDPOINTS = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _fast_passwords(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.mark.parametrize(
     "endpoint,persona",
     [pytest.param(e, p, id=f"{e.name}-{p}") for e in ENDPOINTS for p in PERSONAS],
