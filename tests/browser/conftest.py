@@ -111,6 +111,15 @@ class Stack:
         _stop(self.aggregator)
 
 
+@pytest.fixture(autouse=True)
+def _real_passwords(settings):
+    """The stack's web server is another process, with the project's hashers: users these
+    tests log in with are hashed as it would (the suite's fast hasher is in-process only)."""
+    from django.conf import global_settings
+
+    settings.PASSWORD_HASHERS = global_settings.PASSWORD_HASHERS
+
+
 @pytest.fixture(scope="session")
 def collected_static():
     """WhiteNoise serves what collectstatic gathered (gzipped copies included)."""
