@@ -4,6 +4,9 @@ alice is a viewer, bob an operator, carol an admin, mallory an authenticated out
 no role. (Node-agent personas live with the nodes tests.)
 """
 
+import os
+from pathlib import Path
+
 import pytest
 from django.contrib.auth import get_user_model
 from django.test.utils import override_settings
@@ -74,6 +77,20 @@ def _fast_passwords():
     clears Django's hasher cache. Processes a test starts (`up`, workers) keep the real one."""
     with override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]):
         yield
+
+
+@pytest.fixture(scope="session")
+def demo_pair(request, tmp_path_factory) -> Path:
+    """The full demo pair's models directory, trained once for the whole run (minutes of
+    both cores; see tests/demo_pair.py). Shared: read it, never write into it."""
+    from tests.demo_pair import trained_pair
+
+    cache = os.environ.get("TANDEM_TEST_CACHE")
+    if cache:
+        return trained_pair(Path(cache))
+    if request.config.cache is not None:  # None with -p no:cacheprovider
+        return trained_pair(request.config.cache.mkdir("tandem"))
+    return trained_pair(tmp_path_factory.getbasetemp() / "tandem-cache")
 
 
 @pytest.fixture(autouse=True)
