@@ -113,8 +113,21 @@ def _transactional(item) -> bool:
     return bool({"transactional_db", "live_server"} & set(getattr(item, "fixturenames", ())))
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(items):
+# Modules whose tests share one expensive module-scoped fixture (a real `up`, a browser):
+# under pytest-xdist (`--dist loadgroup`, .ci/run) each stays on one worker, started once.
+ONE_WORKER = ("tests/browser/", "tests/newcomer/test_first_minute.py", "tests/eval/")
+
+
+@pytest.hookimpl(tryfirst=True, specname="pytest_collection_modifyitems")  # before xdist's
+def _one_worker_groups(items):
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        if path.startswith(ONE_WORKER):
+            item.add_marker(pytest.mark.xdist_group(path))
+
+
+@pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")
+def _serialized_rollback_first(items):
     """Run serialized-rollback tests first among the transactional ones (after pytest-django
     has put plain db tests first). A transactional test without it flushes the database and
     re-creates content types at teardown; a serialized test after it would then restore the
