@@ -8,20 +8,14 @@ import os
 from pathlib import Path
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.test.utils import override_settings
 from rest_framework.test import APIClient
 
-from fleet.accounts.services import api_key_create, user_set_role
+from fleet.accounts.services import api_key_create
+from tests.factories import PASSWORD
+from tests.factories import user as _user
 
-PASSWORD = "correct-horse-battery-staple-42"
-
-
-def _user(username: str, role: str | None):
-    user = get_user_model().objects.create_user(username=username, password=PASSWORD)
-    if role:
-        user_set_role(user=user, role=role)
-    return user
+__all__ = ["PASSWORD", "client_for"]  # PASSWORD: tests.factories's, imported from here too
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from django.utils import timezone
 from fleet.nodes.models import HardwareProfile, Node
 from fleet.pipelines.models import AuditEvent, Pipeline, Placement
 from tests.conftest import client_for
-from tests.pipelines.conftest import make_pipeline, online_node, place
+from tests.factories import make_pipeline, online_node, place
 
 pytestmark = pytest.mark.django_db
 

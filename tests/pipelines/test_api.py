@@ -6,7 +6,7 @@ import pytest
 
 from fleet.nodes.models import Node
 from fleet.pipelines.models import AuditEvent, Pipeline, Placement
-from tests.pipelines.conftest import make_pipeline, online_node, place
+from tests.factories import make_pipeline, online_node, place
 
 pytestmark = pytest.mark.django_db
 

@@ -10,7 +10,7 @@ from fleet.nodes.models import Node
 from fleet.pipelines import bookkeeping
 from fleet.pipelines.models import AuditEvent, Pipeline
 from tests.conftest import client_for
-from tests.pipelines.conftest import online_node, place
+from tests.factories import online_node, place
 
 pytestmark = pytest.mark.django_db
 

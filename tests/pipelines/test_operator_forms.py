@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from fleet.pipelines import services
 from fleet.pipelines.models import AuditEvent, Pipeline, PipelineRevision
-from tests.pipelines.conftest import make_pipeline, online_node, place
+from tests.factories import make_pipeline, online_node, place
 
 pytestmark = pytest.mark.django_db
 

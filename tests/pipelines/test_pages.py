@@ -5,7 +5,7 @@ import pytest
 from fleet.nodes.models import Node
 from fleet.pipelines.models import AuditEvent, Pipeline
 from tests.conftest import client_for
-from tests.pipelines.conftest import online_node
+from tests.factories import online_node
 
 pytestmark = pytest.mark.django_db
 

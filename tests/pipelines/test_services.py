@@ -10,7 +10,7 @@ from fleet.nodes.models import Node
 from fleet.pipelines import bookkeeping, services
 from fleet.pipelines.models import AuditEvent, Pipeline, PipelineRevision, Placement
 from fleet.pipelines.services import ActionRefused, StaleVersion
-from tests.pipelines.conftest import make_pipeline, online_node, place
+from tests.factories import make_pipeline, online_node, place
 
 pytestmark = pytest.mark.django_db
 
