@@ -82,8 +82,9 @@ def demo_pair(request, tmp_path_factory) -> Path:
     cache = os.environ.get("TANDEM_TEST_CACHE")
     if cache:
         return trained_pair(Path(cache))
-    if request.config.cache is not None:  # None with -p no:cacheprovider
-        return trained_pair(request.config.cache.mkdir("tandem"))
+    pytest_cache = getattr(request.config, "cache", None)  # absent with -p no:cacheprovider
+    if pytest_cache is not None:
+        return trained_pair(pytest_cache.mkdir("tandem"))
     return trained_pair(tmp_path_factory.getbasetemp() / "tandem-cache")
 
 
