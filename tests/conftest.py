@@ -114,7 +114,7 @@ ONE_WORKER = ("tests/browser/", "tests/newcomer/test_first_minute.py", "tests/ev
 
 
 @pytest.hookimpl(tryfirst=True, specname="pytest_collection_modifyitems")  # before xdist's
-def _one_worker_groups(items):
+def pytest_collection_modifyitems_xdist_groups(items):
     for item in items:
         path = item.nodeid.split("::", 1)[0]
         if path.startswith(ONE_WORKER):
@@ -122,7 +122,7 @@ def _one_worker_groups(items):
 
 
 @pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")
-def _serialized_rollback_first(items):
+def pytest_collection_modifyitems_serialized_first(items):
     """Run serialized-rollback tests first among the transactional ones (after pytest-django
     has put plain db tests first). A transactional test without it flushes the database and
     re-creates content types at teardown; a serialized test after it would then restore the
