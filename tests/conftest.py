@@ -4,20 +4,18 @@ alice is a viewer, bob an operator, carol an admin, mallory an authenticated out
 no role. (Node-agent personas live with the nodes tests.)
 """
 
+import os
+from pathlib import Path
+
 import pytest
-from django.contrib.auth import get_user_model
+from django.test.utils import override_settings
 from rest_framework.test import APIClient
 
-from fleet.accounts.services import api_key_create, user_set_role
+from fleet.accounts.services import api_key_create
+from tests.factories import PASSWORD
+from tests.factories import user as _user
 
-PASSWORD = "correct-horse-battery-staple-42"
-
-
-def _user(username: str, role: str | None):
-    user = get_user_model().objects.create_user(username=username, password=PASSWORD)
-    if role:
-        user_set_role(user=user, role=role)
-    return user
+__all__ = ["PASSWORD", "client_for"]  # PASSWORD: tests.factories's, imported from here too
 
 
 @pytest.fixture
@@ -66,6 +64,30 @@ def as_persona(personas):
     return lambda name: client_for(personas.get(name))
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _fast_passwords():
+    """One password hasher for the whole run: PBKDF2's million rounds cost ~0.3 s a user
+    (personas are created per test) and test nothing of ours. The setting_changed signal
+    clears Django's hasher cache. Processes a test starts (`up`, workers) keep the real one."""
+    with override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]):
+        yield
+
+
+@pytest.fixture(scope="session")
+def demo_pair(request, tmp_path_factory) -> Path:
+    """The full demo pair's models directory, trained once for the whole run (minutes of
+    both cores; see tests/demo_pair.py). Shared: read it, never write into it."""
+    from tests.demo_pair import trained_pair
+
+    cache = os.environ.get("TANDEM_TEST_CACHE")
+    if cache:
+        return trained_pair(Path(cache))
+    pytest_cache = getattr(request.config, "cache", None)  # absent with -p no:cacheprovider
+    if pytest_cache is not None:
+        return trained_pair(pytest_cache.mkdir("tandem"))
+    return trained_pair(tmp_path_factory.getbasetemp() / "tandem-cache")
+
+
 @pytest.fixture(autouse=True)
 def _no_api_key_lockout():
     """API-key failures are counted in Redis, which outlives a test: start each at zero."""
@@ -86,8 +108,21 @@ def _transactional(item) -> bool:
     return bool({"transactional_db", "live_server"} & set(getattr(item, "fixturenames", ())))
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(items):
+# Modules whose tests share one expensive module-scoped fixture (a real `up`, a browser):
+# under pytest-xdist (`--dist loadgroup`, .ci/run) each stays on one worker, started once.
+ONE_WORKER = ("tests/browser/", "tests/newcomer/test_first_minute.py", "tests/eval/")
+
+
+@pytest.hookimpl(tryfirst=True, specname="pytest_collection_modifyitems")  # before xdist's
+def pytest_collection_modifyitems_xdist_groups(items):
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        if path.startswith(ONE_WORKER):
+            item.add_marker(pytest.mark.xdist_group(path))
+
+
+@pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")
+def pytest_collection_modifyitems_serialized_first(items):
     """Run serialized-rollback tests first among the transactional ones (after pytest-django
     has put plain db tests first). A transactional test without it flushes the database and
     re-creates content types at teardown; a serialized test after it would then restore the

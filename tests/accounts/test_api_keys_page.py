@@ -20,11 +20,6 @@ def _find(pattern, text, flags=0, group=0):
     return match.group(group)
 
 
-@pytest.fixture(autouse=True)
-def _fast_passwords(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 def logged_in(user) -> Client:
     client = Client()
     client.force_login(user)

@@ -6,7 +6,7 @@ from django.test import Client
 
 from fleet.accounts import key_throttle
 from fleet.accounts.services import api_key_create
-from tests.conftest import PASSWORD
+from tests.factories import PASSWORD
 
 pytestmark = pytest.mark.django_db
 

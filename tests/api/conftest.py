@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -23,6 +22,7 @@ from tokenizers import AddedToken
 
 from fleet.nodes.models import HardwareProfile, Node
 from fleet.pipelines.models import Pipeline, Placement, PlacementRole
+from fleet.testing.ports import free_port
 from inference import services, wire
 from inference.selectors import stream_owner
 from inference.training.byte_tokenizer import build_byte_tokenizer
@@ -42,11 +42,6 @@ def write_model_dir(path, *, context: int = CONTEXT, chatml: bool = False):
     config = {"model_type": "llama", "max_position_embeddings": context, "vocab_size": 261}
     (path / "config.json").write_text(json.dumps(config))
     return path
-
-
-@pytest.fixture(autouse=True)
-def _fast_passwords(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 @pytest.fixture
@@ -178,9 +173,7 @@ def database_url() -> str:
 def daphne_url(transactional_db, tmp_path):
     """The production ASGI server (`fleet.runtime.web_serve`: uvicorn; the fixture's name is
     older), in a subprocess on the test database and Redis."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     env = {**os.environ, "DATABASE_URL": database_url(), "DJANGO_SETTINGS_MODULE": "fleet.settings"}
     log_path = tmp_path / "daphne.log"
     argv = [

@@ -3,7 +3,6 @@ this process's test database and Redis). Workers are faked: a thread writes each
 generation's events to its real Redis stream after the real `generation_submit`. The
 end-to-end run with real worker processes is test_serving_e2e.py."""
 
-import socket
 import threading
 import time
 
@@ -12,6 +11,7 @@ import openai
 import pytest
 
 from fleet.accounts.services import api_key_create
+from fleet.testing.ports import free_port
 from inference.models import Generation, GenerationState
 from tests.api.conftest import script
 
@@ -25,9 +25,7 @@ def asgi_server(transactional_db):
 
     from fleet.asgi import application
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     config = uvicorn.Config(
         application, host="127.0.0.1", port=port, log_level="warning", lifespan="off"
     )

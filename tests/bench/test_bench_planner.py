@@ -84,6 +84,7 @@ def test_predict_run_shrinking_batch_and_goodput():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # trains the tiny pair, then measures it
 def test_bench_planner_command_on_the_tiny_pair(tmp_path, settings, capsys):
     from django.core.management import call_command
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,8 @@ from urllib.parse import quote
 import pytest
 from django.conf import settings
 from django.core.management import call_command
+
+from fleet.testing.ports import free_port
 
 ROOT = Path(settings.BASE_DIR)
 SCREENSHOTS = ROOT / "artifacts" / "screenshots"
@@ -28,12 +29,6 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--no-first-run",
 ]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _stop(proc: subprocess.Popen | None, sig=signal.SIGTERM) -> None:
@@ -54,7 +49,7 @@ class Stack:
     """daphne + run_aggregator as subprocesses on the test database."""
 
     def __init__(self) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         db = settings.DATABASES["default"]
         self.env = {**os.environ, "REDIS_URL": settings.REDIS_URL, "PYTHONUNBUFFERED": "1"}
@@ -114,6 +109,15 @@ class Stack:
     def stop(self) -> None:
         _stop(self.web)
         _stop(self.aggregator)
+
+
+@pytest.fixture(autouse=True)
+def _real_passwords(settings):
+    """The stack's web server is another process, with the project's hashers: users these
+    tests log in with are hashed as it would (the suite's fast hasher is in-process only)."""
+    from django.conf import global_settings
+
+    settings.PASSWORD_HASHERS = global_settings.PASSWORD_HASHERS
 
 
 @pytest.fixture(scope="session")

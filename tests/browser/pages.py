@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import time
 
-from tests.conftest import PASSWORD
+from tests.factories import PASSWORD
 
 
 def login(page, base: str, username: str) -> None:

@@ -253,6 +253,7 @@ def _pages(world) -> dict[str, str]:
     }
 
 
+@pytest.mark.timeout(300)  # every page, three viewports
 def test_screenshots_of_every_page_at_three_sizes(stack, chromium, admin, screenshots):
     world = build()
     # SLOs and a k change 4 -> 2, so the charts show their SLO lines and a change marker

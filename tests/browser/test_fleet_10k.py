@@ -79,6 +79,7 @@ def web_only(transactional_db, collected_static):
     s.stop()
 
 
+@pytest.mark.timeout(300)  # 10,000 nodes written, then pages and screenshots
 def test_fleet_page_at_10k_nodes(web_only, chromium, screenshots, viewer):
     rows = fleet10k.create(N)
     publisher = fleet10k.Publisher(rows)

@@ -52,6 +52,7 @@ def _visible_within(page, node_id: int, state: str, act, timeout_s: float = 10.0
     return page.evaluate("() => window.__shownAt") / 1000.0 - started
 
 
+@pytest.mark.timeout(300)  # 10,000 nodes through the real aggregator
 def test_fleet_page_at_10k_nodes_with_the_real_aggregator(
     fleet_stack, chromium, screenshots, viewer, operator
 ):

@@ -14,7 +14,7 @@ import pytest
 from fleet.audit.models import AuditEvent
 from fleet.nodes.models import Node
 from tests.browser.pages import csp_violations, login
-from tests.pipelines.conftest import make_pipeline, online_node, place
+from tests.factories import make_pipeline, online_node, place
 from tests.telemetry import factories as f
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.django_db(transaction=True)]

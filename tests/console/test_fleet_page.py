@@ -11,7 +11,7 @@ from fleet.nodes.models import Node
 from fleet.pipelines.models import Placement
 from fleet.telemetry.ingest import client
 from fleet.telemetry.snapshot import LIVE_KEY
-from tests.conftest import PASSWORD
+from tests.factories import PASSWORD
 from tests.telemetry import factories as f
 
 pytestmark = pytest.mark.django_db

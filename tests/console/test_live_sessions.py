@@ -12,7 +12,7 @@ from django.utils import timezone
 from fleet.accounts import live_sessions
 from fleet.asgi import application
 from fleet.telemetry import payloads
-from tests.conftest import PASSWORD
+from tests.factories import PASSWORD
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 

@@ -12,7 +12,7 @@ from fleet.telemetry.aggregator import Aggregator
 from fleet.telemetry.ingest import STREAMS, client, encode
 from fleet.telemetry.registry import load_registry
 from fleet.telemetry.snapshot import LIVE_KEY
-from tests.conftest import PASSWORD
+from tests.factories import PASSWORD
 from tests.telemetry import factories as f
 
 pytestmark = pytest.mark.django_db

@@ -108,6 +108,7 @@ def test_tiny_gguf_roundtrip_and_convert(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # converts 135M parameters, then runs them in transformers
 @torch.no_grad()
 def test_smollm2_gguf_converts_and_matches_transformers(tmp_path):
     path = packaged_smollm2_gguf()

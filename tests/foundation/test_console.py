@@ -1,7 +1,7 @@
 import pytest
 from django.contrib.staticfiles import finders
 
-from tests.conftest import PASSWORD
+from tests.factories import PASSWORD
 
 
 def test_home_redirects_anonymous_users_to_login(client, db):

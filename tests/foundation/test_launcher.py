@@ -253,6 +253,7 @@ def _get(url: str) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # a real `up` from a clean data directory
 def test_up_starts_everything_and_sigint_leaves_no_orphan(tmp_path):
     data_dir = tmp_path / "data"
     port = free_port()

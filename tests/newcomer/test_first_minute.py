@@ -24,7 +24,8 @@ import pytest
 
 from tests.foundation.helpers import REPO, free_port
 
-pytestmark = pytest.mark.slow
+# The module's one `up` starts (and converts smollm2) inside the first test's time.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 FIRST_ANSWER_WITHIN_S = 60.0
 MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]

@@ -2,29 +2,12 @@
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 from rest_framework.test import APIClient
 
-from fleet.nodes.models import HardwareProfile
-from fleet.nodes.services import node_register
+from tests.factories import make_node
 
-_names = itertools.count(1)
-
-
-@pytest.fixture(autouse=True)
-def _fast_passwords(settings):
-    # Personas are created per test; PBKDF2 would dominate the run time.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
-def make_node(*, profile: str = "h100-sxm", roles=("verify",), **kwargs):
-    """Registers a node through the service; returns (node, plain token)."""
-    kwargs.setdefault("name", f"node-{next(_names)}")
-    return node_register(
-        profile=HardwareProfile.objects.get(slug=profile), roles=list(roles), **kwargs
-    )
+__all__ = ["agent_client", "make_node"]  # make_node: imported from here too
 
 
 def agent_client(token: str) -> APIClient:

@@ -10,8 +10,7 @@ from django.test import Client
 from fleet.audit.models import AuditEvent
 from fleet.nodes.models import Node, NodeToken
 from fleet.nodes.selectors import node_for_token
-from tests.nodes.conftest import make_node
-from tests.pipelines.conftest import make_pipeline, online_node, place
+from tests.factories import make_node, make_pipeline, online_node, place
 
 pytestmark = pytest.mark.django_db
 

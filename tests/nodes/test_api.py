@@ -3,7 +3,7 @@ import pytest
 from fleet.nodes.models import HardwareProfile, Node
 from fleet.nodes.selectors import node_for_token
 from fleet.nodes.services import node_retire
-from tests.nodes.conftest import make_node
+from tests.factories import make_node
 
 pytestmark = pytest.mark.django_db
 

@@ -9,7 +9,7 @@ from fleet.nodes.models import HardwareProfile, IllegalTransition, Node, StaleVe
 from fleet.nodes.services import node_retire, node_transition, node_update
 from fleet.pipelines.rules import ActionRefused
 from fleet.pipelines.services import node_drain, node_return
-from tests.nodes.conftest import make_node
+from tests.factories import make_node
 
 S = NodeState
 pytestmark = pytest.mark.django_db

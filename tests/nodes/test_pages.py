@@ -5,7 +5,7 @@ from django.test import Client
 
 from fleet.nodes.models import Node
 from fleet.nodes.selectors import node_for_token
-from tests.nodes.conftest import make_node
+from tests.factories import make_node
 
 pytestmark = pytest.mark.django_db
 

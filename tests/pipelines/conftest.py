@@ -2,43 +2,11 @@
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
-from django.utils import timezone
 
-from fleet.nodes.models import Node
-from fleet.pipelines.models import Pipeline, PipelineRevision, Placement
-from fleet.pipelines.services import snapshot
-from tests.nodes.conftest import make_node
+from tests.factories import make_pipeline, online_node, place
 
-_names = itertools.count(1)
-
-
-@pytest.fixture(autouse=True)
-def _fast_passwords(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
-def online_node(*, profile: str = "h100-sxm", roles=("verify", "draft"), **kwargs) -> Node:
-    node, _ = make_node(
-        profile=profile, roles=roles, name=kwargs.pop("name", f"pl-node-{next(_names)}"), **kwargs
-    )
-    Node.objects.filter(pk=node.pk).update(state="online", last_seen=timezone.now())
-    node.refresh_from_db()
-    return node
-
-
-def make_pipeline(*, name: str | None = None, **fields) -> Pipeline:
-    fields.setdefault("target_model", "llama-3.1-8b")
-    fields.setdefault("draft_model", "llama-3.2-1b")
-    pipeline = Pipeline.objects.create(name=name or f"pipe-{next(_names)}", **fields)
-    PipelineRevision.objects.create(pipeline=pipeline, version=1, config=snapshot(pipeline))
-    return pipeline
-
-
-def place(pipeline: Pipeline, node: Node, role: str) -> Placement:
-    return Placement.objects.create(pipeline=pipeline, node=node, role=role)
+__all__ = ["make_pipeline", "online_node", "place"]  # imported from here too
 
 
 @pytest.fixture

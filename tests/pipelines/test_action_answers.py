@@ -16,7 +16,7 @@ from fleet.audit.models import AuditEvent
 from fleet.nodes.models import HardwareProfile, Node
 from fleet.pipelines.models import Pipeline, Placement
 from tests.conftest import client_for
-from tests.pipelines.conftest import make_pipeline, online_node, place
+from tests.factories import make_pipeline, online_node, place
 
 pytestmark = pytest.mark.django_db
 

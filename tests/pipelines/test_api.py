@@ -7,7 +7,7 @@ import pytest
 from fleet.audit.models import AuditEvent
 from fleet.nodes.models import Node
 from fleet.pipelines.models import Pipeline, Placement
-from tests.pipelines.conftest import make_pipeline, online_node, place
+from tests.factories import make_pipeline, online_node, place
 
 pytestmark = pytest.mark.django_db
 

@@ -12,7 +12,7 @@ from fleet.audit.models import AuditEvent
 from fleet.pipelines.models import Pipeline
 from fleet.pipelines.services import pipeline_swap_draft
 from inference.learned_drafts import ACTOR, resolve_target, serve_learned_draft
-from tests.pipelines.conftest import make_pipeline
+from tests.factories import make_pipeline
 
 
 def _model(path):

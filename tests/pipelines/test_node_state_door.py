@@ -11,7 +11,7 @@ from fleet.nodes.models import Node
 from fleet.pipelines import outbox
 from fleet.pipelines.models import Pipeline
 from tests.conftest import client_for
-from tests.pipelines.conftest import online_node, place
+from tests.factories import online_node, place
 
 pytestmark = pytest.mark.django_db
 

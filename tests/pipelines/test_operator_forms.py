@@ -15,7 +15,7 @@ from django.utils import timezone
 from fleet.audit.models import AuditEvent
 from fleet.pipelines import services
 from fleet.pipelines.models import Pipeline, PipelineRevision
-from tests.pipelines.conftest import make_pipeline, online_node, place
+from tests.factories import make_pipeline, online_node, place
 
 pytestmark = pytest.mark.django_db
 

@@ -6,7 +6,7 @@ from fleet.audit.models import AuditEvent
 from fleet.nodes.models import Node
 from fleet.pipelines.models import Pipeline
 from tests.conftest import client_for
-from tests.pipelines.conftest import online_node
+from tests.factories import online_node
 
 pytestmark = pytest.mark.django_db
 

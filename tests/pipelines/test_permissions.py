@@ -7,8 +7,8 @@ from functools import cached_property
 
 import pytest
 
+from tests.factories import make_pipeline, online_node, place
 from tests.nodes.test_permissions_matrix import PERSONAS, Endpoint, World, gate
-from tests.pipelines.conftest import make_pipeline, online_node, place
 
 
 class PipelineWorld(World):
@@ -195,11 +195,6 @@ ENDPOINTS = [
         session=True,
     ),
 ]
-
-
-@pytest.fixture(autouse=True)
-def _fast_passwords(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 @pytest.mark.parametrize(

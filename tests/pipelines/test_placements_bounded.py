@@ -9,7 +9,7 @@ import pytest
 from fleet.nodes.models import HardwareProfile, Node
 from fleet.pipelines.api_placements import PLACEMENTS_INLINE
 from fleet.pipelines.models import Placement
-from tests.pipelines.conftest import make_pipeline, online_node, place
+from tests.factories import make_pipeline, online_node, place
 
 pytestmark = pytest.mark.django_db
 

@@ -11,7 +11,7 @@ from fleet.nodes.models import Node
 from fleet.pipelines import outbox, services
 from fleet.pipelines.models import Pipeline, PipelineRevision, Placement
 from fleet.pipelines.services import ActionRefused, StaleVersion
-from tests.pipelines.conftest import make_pipeline, online_node, place
+from tests.factories import make_pipeline, online_node, place
 
 pytestmark = pytest.mark.django_db
 

@@ -94,7 +94,7 @@ def test_recommendation_preview_apply(pipeline, operator):
 
 def test_split_only_when_the_operator_allows_it(operator):
     from fleet.pipelines.models import Placement
-    from tests.pipelines.conftest import make_pipeline, online_node, place
+    from tests.factories import make_pipeline, online_node, place
 
     p = make_pipeline(name="gpus", k_policy={"mode": "fixed", "k": 0})
     place(p, online_node(name="g-v"), "verify")

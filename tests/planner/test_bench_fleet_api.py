@@ -14,6 +14,7 @@ TIMED = {"n", "p50_ms", "p99_ms", "max_ms"}
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # a whole benchmark run
 @pytest.mark.django_db
 def test_bench_fleet_api_reports_every_figure(tmp_path):
     out = tmp_path / "fleet_api.json"

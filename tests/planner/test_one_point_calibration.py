@@ -14,7 +14,7 @@ import pytest
 
 from fleet.planner import measurements
 from fleet.planner.model import predict
-from tests.pipelines.conftest import make_pipeline, online_node, place
+from tests.factories import make_pipeline, online_node, place
 
 pytestmark = pytest.mark.django_db
 

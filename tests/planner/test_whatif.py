@@ -3,7 +3,7 @@
 import pytest
 
 from fleet.planner import whatif
-from tests.pipelines.conftest import make_pipeline, online_node, place
+from tests.factories import make_pipeline, online_node, place
 
 pytestmark = pytest.mark.django_db
 

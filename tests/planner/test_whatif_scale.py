@@ -11,7 +11,7 @@ from django.utils import timezone
 from fleet.nodes.models import HardwareProfile, Node
 from fleet.pipelines.models import Pipeline, Placement
 from fleet.planner import measurements, whatif
-from tests.pipelines.conftest import make_pipeline, online_node, place
+from tests.factories import make_pipeline, online_node, place
 
 pytestmark = pytest.mark.django_db
 

@@ -107,11 +107,20 @@ def test_a_killed_aggregators_shards_are_taken_over_with_no_lost_rollups(setting
         took = time.time() - killed_at
         assert taken and took <= 5.0, f"takeover took {took:.1f} s ({_owners()}, {victim_id})"
         killed_bucket = math.floor(killed_at / 10) * 10
-        # its rollups are written after the bucket ends (+ the leader's wait for every shard)
-        time.sleep(max(0.0, killed_bucket + 10 + 9 - time.time()))
+        start = datetime.fromtimestamp(killed_bucket, tz=UTC)
+        # its rollups are written after the bucket ends (+ the leader's wait for every shard):
+        # until every node's row and the fleet's are there, the publisher keeps going
+        bucket = Rollup.objects.filter(resolution_s=10, start=start)
+        _wait(
+            lambda: (
+                bucket.filter(scope="node").count() == N_NODES
+                and bucket.filter(scope="fleet").exists()
+            ),
+            timeout=killed_bucket + 10 + 20 - time.time(),
+            step=0.2,
+        )
         stop.set()
         publisher.join(timeout=5)
-        start = datetime.fromtimestamp(killed_bucket, tz=UTC)
         rows = {
             r.scope_id: r.data
             for r in _wait(
