@@ -14,7 +14,7 @@ import pytest
 
 from fleet.launcher import ChildSpec, RestartPolicy, Supervisor, web_servers
 from tests.foundation.helpers import free_port
-from tests.serving.helpers import database_url
+from tests.worker.helpers import database_url
 
 # Accepts on the inherited socket; answers each connection with its pid, slowly (so that a
 # second connection arriving meanwhile must be taken by the other process).
