@@ -230,7 +230,7 @@ def submitted_body(generation: Generation, request) -> dict:
     """`GenerationSerializer(generation).data` for a row just submitted by `request.user`
     (queued: nothing started, nothing out yet), built directly: on the path of every request,
     DRF's model serializer spent more CPU building its fields than the rest of the answer.
-    tests/api/test_generations_api.py holds the two equal."""
+    tests/serving/test_generations_api.py holds the two equal."""
     g = generation
     visible = can(request.user, "read_content", g)
     params = g.params

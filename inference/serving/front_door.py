@@ -92,7 +92,7 @@ def _secure(scope, headers: dict[bytes, bytes]) -> bool:
 @cache
 def _security_headers(secure: bool) -> tuple[tuple[bytes, bytes], ...]:
     """The headers SecurityMiddleware, XFrameOptionsMiddleware and CSPMiddleware add to an
-    API response (tests/api/test_front_door.py compares them with Django's)."""
+    API response (tests/serving/test_front_door.py compares them with Django's)."""
     from csp.utils import build_policy
 
     out: list[tuple[str, str]] = []

@@ -8,7 +8,7 @@ import pytest
 import websockets
 
 from fleet.accounts.wall_links import WALL_PROTOCOL, WALL_TOKEN_PROTOCOL, wall_link_create
-from tests.api.conftest import daphne_url  # noqa: F401  (fixture)
+from tests.serving.conftest import daphne_url  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.slow
 

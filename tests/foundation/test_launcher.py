@@ -310,7 +310,7 @@ def test_generations_a_previous_run_left_active_are_ended_at_start(
     from fleet.console.management.commands.up import _close_orphans
     from inference import wire
     from inference.models import Generation
-    from tests.serving.test_units import _pipeline, _submit
+    from tests.worker.test_units import _pipeline, _submit
 
     monkeypatch.setattr(wire, "send", lambda *args: None)
     p, nodes = _pipeline(verifiers=1)

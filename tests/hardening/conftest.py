@@ -9,7 +9,7 @@ from fleet.accounts.models import WallLink
 from fleet.accounts.services import api_key_create
 from fleet.nodes.models import HardwareProfile
 from inference.models import Generation
-from tests.api.conftest import model_path, pipeline, place_pair, serving
+from tests.serving.conftest import model_path, pipeline, place_pair, serving
 
 __all__ = ["model_path", "pipeline", "serving"]
 

@@ -22,9 +22,9 @@ from inference.learning.selectors import measured_arms
 from inference.learning.split import in_canary
 from inference.training.self_draft import self_draft
 from inference.worker.canary import SplitEngine
-from tests.serving.helpers import make_pipeline, tokens_of, wait_done, write_pair
-from tests.serving.test_loops import _run, wired  # noqa: F401  (the loops' fixture)
-from tests.serving.test_workers import prompts
+from tests.worker.helpers import make_pipeline, tokens_of, wait_done, write_pair
+from tests.worker.test_loops import _run, wired  # noqa: F401  (the loops' fixture)
+from tests.worker.test_workers import prompts
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -26,8 +26,8 @@ from inference.learning.tick import tick
 from inference.training.learned_draft import draft_ready
 from tests.learning.conftest import finished
 from tests.pipelines.conftest import make_pipeline
-from tests.serving.helpers import database_url, write_pair
 from tests.training.test_online_draft import pairs_from
+from tests.worker.helpers import database_url, write_pair
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 ROOT = Path(__file__).resolve().parents[2]

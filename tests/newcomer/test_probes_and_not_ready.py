@@ -9,7 +9,7 @@ from django.test import Client
 
 from fleet.pipelines.models import Pipeline
 from inference import warmup
-from tests.api.conftest import model_path, pipeline, place_pair  # noqa: F401
+from tests.serving.conftest import model_path, pipeline, place_pair  # noqa: F401
 
 pytestmark = pytest.mark.django_db
 

@@ -20,7 +20,7 @@ from fleet.pipelines.models import Pipeline, Placement
 from fleet.telemetry.ingest import STREAM as TELEMETRY
 from inference import node_reports, wire
 from inference.worker.engine_loop import BaseLoop
-from tests.serving.helpers import profile
+from tests.worker.helpers import profile
 
 pytestmark = pytest.mark.django_db
 

@@ -66,7 +66,7 @@ def test_an_operator_who_went_back_to_ngram_is_not_overruled(smol):
 def test_train_draft_serve_trains_then_swaps_the_pipeline(db, tmp_path, settings, monkeypatch):
     from django.core.management import call_command
 
-    from tests.serving.helpers import write_pair
+    from tests.worker.helpers import write_pair
 
     settings.DATA_DIR = tmp_path / "data"
     settings.MODEL_PATHS = []

@@ -13,7 +13,7 @@ from fleet.pipelines import services as pipeline_services
 from fleet.pipelines.models import Pipeline, Placement
 from inference import wire
 from inference.selectors import stream_of
-from tests.serving.helpers import (
+from tests.worker.helpers import (
     Workers,
     make_pipeline,
     tokens_of,
@@ -21,7 +21,7 @@ from tests.serving.helpers import (
     wait_online,
     write_pair,
 )
-from tests.serving.test_workers import inprocess, prompts, submit
+from tests.worker.test_workers import inprocess, prompts, submit
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -131,7 +131,7 @@ def _closed_loop(pipeline: Pipeline, until: float, errors: list) -> None:
 
 def test_demo_prediction_beside_measured(tmp_path, live_server):
     from inference.local_nodes import local_node_ensure
-    from tests.serving.helpers import Workers, wait_online
+    from tests.worker.helpers import Workers, wait_online
 
     _demo_models_here()
     d_id, d_token = local_node_ensure(pipeline="demo", role="draft")

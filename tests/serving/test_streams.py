@@ -83,7 +83,7 @@ def test_a_follower_moves_only_to_the_owner_the_ledger_names(serving_pair):
 def serving_pair():
     from fleet.nodes.services import node_register
     from fleet.pipelines.models import Pipeline
-    from tests.serving.helpers import profile
+    from tests.worker.helpers import profile
 
     pipeline = Pipeline.objects.create(name="moves", target_model="t", draft_model="d")
     v1, v2, v3 = (

@@ -16,7 +16,7 @@ from inference.engine.sampling import SamplingParams
 from inference.training import learned_draft
 from inference.training.draft_data import load_prompts, split
 from inference.training.learned_draft import Recipe, draft_ready, train_learned_draft
-from tests.serving.helpers import write_pair
+from tests.worker.helpers import write_pair
 
 RECIPE = dict(n_layers=1, vocab=48, max_new=12, gen_batch=8, batch=4, max_steps=6, minutes=5)
 

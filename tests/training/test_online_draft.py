@@ -14,7 +14,7 @@ from inference.engine.sampling import SamplingParams
 from inference.training import learned_draft, online
 from inference.training.learned_draft import draft_ready
 from inference.training.online import OnlineRecipe, distil_on_pairs
-from tests.serving.helpers import write_pair
+from tests.worker.helpers import write_pair
 
 RECIPE = dict(minutes=2, n_layers=1, vocab=64, batch=4, max_steps=8)
 

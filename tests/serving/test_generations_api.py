@@ -6,7 +6,7 @@ from inference import wire
 from inference.models import Generation, GenerationState
 from inference.selectors import stream_owner
 from inference.serving.request_rules import RequestError, sampling_params
-from tests.api.conftest import CONTEXT, script
+from tests.serving.conftest import CONTEXT, script
 
 URL = "/api/v1/generations"
 

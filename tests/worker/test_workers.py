@@ -16,7 +16,7 @@ from inference.engine.generator import SpeculativeGenerator
 from inference.engine.sampling import SamplingParams
 from inference.models import Generation
 from inference.selectors import node_inspect, stream_of
-from tests.serving.helpers import (
+from tests.worker.helpers import (
     Workers,
     make_pipeline,
     tokens_of,

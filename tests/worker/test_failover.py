@@ -12,7 +12,7 @@ import pytest
 from inference import ledger, services, wire
 from inference.models import Generation
 from inference.selectors import stream_of
-from tests.serving.helpers import (
+from tests.worker.helpers import (
     Workers,
     ledger_settled,
     make_pipeline,
@@ -20,7 +20,7 @@ from tests.serving.helpers import (
     wait_online,
     write_pair,
 )
-from tests.serving.test_workers import inprocess, prompts, submit
+from tests.worker.test_workers import inprocess, prompts, submit
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

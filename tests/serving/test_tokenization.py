@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from inference.serving import tokenization
-from tests.api.conftest import write_model_dir
+from tests.serving.conftest import write_model_dir
 
 
 def test_byte_model_encodes_counts_context_and_uses_a_plain_transcript(tmp_path):

@@ -22,7 +22,7 @@ from inference.engine.sampling import SamplingParams
 from inference.models import Generation
 from inference.selectors import node_inspect, stream_of
 from inference.text.tokenizer import Tokenizer
-from tests.serving.helpers import (
+from tests.worker.helpers import (
     Workers,
     make_pipeline,
     tokens_of,
@@ -30,7 +30,7 @@ from tests.serving.helpers import (
     wait_online,
     write_pair,
 )
-from tests.serving.test_workers import prompts, submit
+from tests.worker.test_workers import prompts, submit
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

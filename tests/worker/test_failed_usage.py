@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from inference import services, wire
 from inference.models import Generation
-from tests.serving.helpers import make_pipeline
+from tests.worker.helpers import make_pipeline
 
 
 def _running(name: str) -> Generation:

@@ -17,7 +17,7 @@ from fleet import redis_clients
 from fleet.nodes.signing import token_key
 from inference import ledger, node_reports, wire
 from inference.models import Generation
-from tests.serving.helpers import Workers, ledger_settled, make_pipeline
+from tests.worker.helpers import Workers, ledger_settled, make_pipeline
 
 
 @pytest.fixture

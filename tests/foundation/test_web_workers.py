@@ -15,7 +15,7 @@ import pytest
 from fleet.runtime.children import ChildSpec, RestartPolicy, web_servers
 from fleet.runtime.launcher import Supervisor
 from tests.foundation.helpers import free_port
-from tests.serving.helpers import database_url
+from tests.worker.helpers import database_url
 
 # Accepts on the inherited socket; answers each connection with its pid, slowly (so that a
 # second connection arriving meanwhile must be taken by the other process).

@@ -9,7 +9,7 @@ from inference.engine.checkpoints import load_checkpoint
 from inference.engine.engines import DraftEngine
 from inference.engine.sampling import SamplingParams
 from inference.worker.draft import DraftLoop
-from tests.serving.helpers import write_pair
+from tests.worker.helpers import write_pair
 
 GREEDY = {"temperature": 0, "max_tokens": 32}
 

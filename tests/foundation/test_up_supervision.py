@@ -29,7 +29,7 @@ from inference.text.tokenizer import Tokenizer
 from inference.training import byte_tokenizer as bt
 from inference.training.demo_pair import DRAFT_NAME, MANIFEST, TARGET_NAME
 from tests.foundation.helpers import REPO, free_port
-from tests.serving.helpers import tiny_model
+from tests.worker.helpers import tiny_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(480)]
 

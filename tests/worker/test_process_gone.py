@@ -11,7 +11,7 @@ from fleet.nodes.models import Node
 from inference import services, wire
 from inference.models import Generation
 from inference.selectors import stream_of, stream_owner
-from tests.serving.test_units import _pipeline, _submit
+from tests.worker.test_units import _pipeline, _submit
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from fleet.accounts.services import user_set_content_access
 from inference import wire
 from inference.models import Generation, GenerationState
 from inference.selectors import stream_owner
-from tests.api.conftest import script
+from tests.serving.conftest import script
 
 URL = "/api/v1/generations"
 TEXT_FIELDS = ("prompt", "output_text")

@@ -4,7 +4,7 @@ replayed); the console's banner says so while it is down and `/healthz` says Red
 requests made meanwhile get a 503 and leave no `queued` row; serving works again within
 30 s of the kill; `up` stops cleanly afterwards.
 
-Started the way tests/serving/test_up_supervision.py starts `up` (its helpers)."""
+Started the way tests/foundation/test_up_supervision.py starts `up` (its helpers)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import pytest
 
 from fleet.runtime.supervision import problems
 from tests.foundation.helpers import REPO
-from tests.serving.test_up_supervision import PROMPTS, Stream, _pid_of, _wait, demo_up
+from tests.foundation.test_up_supervision import PROMPTS, Stream, _pid_of, _wait, demo_up
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(480)]
 

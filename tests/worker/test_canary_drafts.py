@@ -14,7 +14,7 @@ from inference.learning.split import bucket, in_canary
 from inference.training.self_draft import self_draft
 from inference.worker.canary import SplitEngine
 from inference.worker.draft import DraftLoop
-from tests.serving.helpers import write_pair
+from tests.worker.helpers import write_pair
 
 IDS = [f"gen-{i}" for i in range(40)]
 

@@ -1,7 +1,7 @@
 """The drafter's loop feeds adaptive k: its start-up sweep, its propose times, the verifier's
 costs and round trip and the acceptance that come back with the results all reach the choice
 (before, `DraftLoop.measured` was never filled and an adaptive pipeline drafted its starting
-k forever). A fake engine keeps it fast; tests/serving/test_loops.py runs the real ones."""
+k forever). A fake engine keeps it fast; tests/worker/test_loops.py runs the real ones."""
 
 from __future__ import annotations
 

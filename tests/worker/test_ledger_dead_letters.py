@@ -16,7 +16,7 @@ from fleet import redis_clients
 from fleet.telemetry.metrics import render_metrics
 from inference import dead_letters, ledger, node_reports, report_checks, report_services
 from inference.models import Generation
-from tests.serving.test_ledger import _drain, _finish, _gen, _pipeline, _xadd, own_stream
+from tests.worker.test_ledger import _drain, _finish, _gen, _pipeline, _xadd, own_stream
 
 __all__ = ["own_stream"]  # the fixture, shared with test_ledger
 

@@ -7,10 +7,10 @@ import pytest
 
 from fleet.pipelines.models import Pipeline
 from inference.serving import tokenization
-from tests.api.conftest import CONTEXT, write_model_dir
-from tests.api.test_openai_api import assert_openai_error, post
-from tests.api.test_tokenization import SMOLLM2_TEMPLATE, _with_template
 from tests.conftest import client_for
+from tests.serving.conftest import CONTEXT, write_model_dir
+from tests.serving.test_openai_api import assert_openai_error, post
+from tests.serving.test_tokenization import SMOLLM2_TEMPLATE, _with_template
 
 
 @pytest.fixture

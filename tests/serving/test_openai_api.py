@@ -8,7 +8,7 @@ import json
 import pytest
 
 from inference.models import Generation, GenerationState
-from tests.api.conftest import CONTEXT, script
+from tests.serving.conftest import CONTEXT, script
 
 pytestmark = pytest.mark.filterwarnings("ignore:StreamingHttpResponse must consume")
 

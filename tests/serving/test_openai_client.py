@@ -13,7 +13,7 @@ import pytest
 from fleet.accounts.services import api_key_create
 from fleet.testing.ports import free_port
 from inference.models import Generation, GenerationState
-from tests.api.conftest import script
+from tests.serving.conftest import script
 
 # Live server: data must be committed; keep the seeded rows for the tests that follow.
 pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)

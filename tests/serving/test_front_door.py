@@ -17,7 +17,7 @@ from django.test.utils import CaptureQueriesContext
 
 from fleet.accounts.services import api_key_create
 from inference.models import Generation, GenerationState
-from tests.api.conftest import script
+from tests.serving.conftest import script
 
 pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
 

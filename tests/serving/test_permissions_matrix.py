@@ -17,8 +17,8 @@ from django.conf import settings
 from fleet.pipelines.models import Pipeline
 from inference import services, wire
 from inference.selectors import stream_owner
-from tests.api.conftest import place_pair, write_model_dir
 from tests.nodes.test_permissions_matrix import PERSONAS, Endpoint, World, gate
+from tests.serving.conftest import place_pair, write_model_dir
 
 
 class ServingWorld(World):

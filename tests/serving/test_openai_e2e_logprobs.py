@@ -81,7 +81,7 @@ def latest(pipeline, n: int) -> list[Generation]:
 
 
 def test_logprobs_echo_n_best_of_through_real_workers(daphne_url, tmp_path, operator, settings):
-    from tests.serving.helpers import Workers, make_pipeline, wait_online, write_pair
+    from tests.worker.helpers import Workers, make_pipeline, wait_online, write_pair
 
     settings.HEARTBEAT_PERIOD_S = 1
     target, draft = write_pair(tmp_path)

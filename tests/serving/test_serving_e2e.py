@@ -44,7 +44,7 @@ def greedy_inprocess(target, draft, prompt_ids: list[list[int]], max_tokens: int
 
 
 def test_openai_client_through_real_workers(daphne_url, tmp_path, operator, settings):
-    from tests.serving.helpers import Workers, make_pipeline, wait_online, write_pair
+    from tests.worker.helpers import Workers, make_pipeline, wait_online, write_pair
 
     settings.HEARTBEAT_PERIOD_S = 1
     target, draft = write_pair(tmp_path)

@@ -5,8 +5,8 @@ import pytest
 
 from inference import wire
 from inference.serving.openai_spec import speculative_decoding
-from tests.api.conftest import script
-from tests.api.test_openai_api import GOOD, assert_openai_error, post, sse_payloads
+from tests.serving.conftest import script
+from tests.serving.test_openai_api import GOOD, assert_openai_error, post, sse_payloads
 
 pytestmark = pytest.mark.filterwarnings("ignore:StreamingHttpResponse must consume")
 

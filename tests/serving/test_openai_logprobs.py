@@ -1,15 +1,15 @@
 """The OpenAI features evaluation tools need, on the web side: logprobs and top_logprobs
 (completions and chat, streamed and not), echo with prompt logprobs (max_tokens 0), n,
 best_of, lists of prompts. A fake worker writes each generation's events (with the logprob
-entries a verifier streams) into the real test Redis; tests/api/test_openai_e2e_logprobs.py
+entries a verifier streams) into the real test Redis; tests/serving/test_openai_e2e_logprobs.py
 runs the same through real workers."""
 
 import pytest
 
 from inference import wire
 from inference.models import Generation, GenerationState
-from tests.api.conftest import script
-from tests.api.test_openai_api import assert_openai_error, post, sse_payloads
+from tests.serving.conftest import script
+from tests.serving.test_openai_api import assert_openai_error, post, sse_payloads
 
 pytestmark = pytest.mark.filterwarnings("ignore:StreamingHttpResponse must consume")
 

@@ -20,7 +20,7 @@ from inference.worker.agent import accumulate
 from inference.worker.detok import Detokenizer
 from inference.worker.engine_loop import Tombstones
 from inference.worker.power import PowerMeter
-from tests.serving.helpers import profile
+from tests.worker.helpers import profile
 
 
 @pytest.fixture

@@ -25,8 +25,8 @@ from inference.worker import engine_loop
 from inference.worker.draft import DraftLoop
 from inference.worker.engine_cache import load_draft_engine, load_verify_engine
 from inference.worker.verify import VerifyLoop
-from tests.serving.helpers import ledger_settled, make_pipeline, tokens_of, wait_done, write_pair
-from tests.serving.test_workers import prompts
+from tests.worker.helpers import ledger_settled, make_pipeline, tokens_of, wait_done, write_pair
+from tests.worker.test_workers import prompts
 
 
 @pytest.fixture
