@@ -23,7 +23,10 @@ from inference.learning.split import in_canary
 from inference.training.self_draft import self_draft
 from inference.worker.canary import SplitEngine
 from tests.worker.helpers import make_pipeline, tokens_of, wait_done, write_pair
-from tests.worker.test_loops import _run, wired  # noqa: F401  (the loops' fixture)
+from tests.worker.loop_harness import (
+    run_loops,
+    wired,  # noqa: F401  (the loops' fixture)
+)
 from tests.worker.test_workers import prompts
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -44,7 +47,7 @@ def test_a_canary_through_the_loops_measures_its_arms_and_promotes(
     LearningPolicy.objects.create(
         pipeline=pipeline, enabled=True, canary_fraction=0.5, min_canary_tokens=10
     )
-    _run(pipeline, nodes, wired, "model")
+    run_loops(pipeline, nodes, wired, "model")
     drafter = next(wired[n.pk] for n, r, _ in nodes if r == "draft")
     since = timezone.now()
     version = DraftVersion.objects.create(

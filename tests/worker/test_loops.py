@@ -8,94 +8,28 @@ import threading
 import time
 
 import pytest
-from django.db import OperationalError, connections
-from django.utils import timezone
+from django.db import OperationalError
 
-from fleet.nodes.signing import token_key
 from fleet.pipelines.models import Pipeline
 from inference import report_services, services, wire
 from inference.engine.checkpoints import load_checkpoint
 from inference.engine.engines import DraftEngine, VerifyEngine
 from inference.engine.generator import SpeculativeGenerator
 from inference.engine.sampling import SamplingParams
-from inference.ledger import Ledger
 from inference.models import Generation
 from inference.selectors import stream_of
-from inference.worker import engine_loop
-from inference.worker.draft import DraftLoop
-from inference.worker.engine_cache import load_draft_engine, load_verify_engine
+from inference.worker.engine_cache import load_verify_engine
 from inference.worker.verify import VerifyLoop
 from tests.worker.helpers import ledger_settled, make_pipeline, tokens_of, wait_done, write_pair
+from tests.worker.loop_harness import run_loops
 from tests.worker.test_workers import prompts
-
-
-@pytest.fixture
-def wired(monkeypatch, transactional_db):
-    """Loops by node id; wire.send and wire.send_from deliver straight into the target loop
-    (a peer's message named by its sender, as `wire.receive` does). The ledger consumer runs
-    in a thread of its own (it applies the verifier's reports)."""
-    loops: dict[int, engine_loop.BaseLoop] = {}
-    monkeypatch.setattr(wire, "send", lambda node, kind, p: loops[node].deliver(kind, p))
-
-    def send_from(sender, node, kind, p):
-        stamped = wire._stamped(sender, kind, p)
-        assert stamped is not None, (kind, p)
-        loops[node].deliver(*stamped)
-
-    monkeypatch.setattr(wire, "send_from", send_from)
-    stop = threading.Event()
-
-    def consume():
-        try:
-            Ledger().run(stop)
-        finally:
-            connections.close_all()
-
-    consumer = threading.Thread(target=consume, name="ledger", daemon=True)
-    consumer.start()
-    yield loops
-    for loop in loops.values():
-        loop.stop()
-    stop.set()
-    consumer.join(10)
-
-
-def _run(pipeline, nodes, wired, kind):
-    config = pipeline.config()
-    peers = [n.pk for n, _role, _token in nodes]  # as the node session names them
-    for node, role, token in nodes:
-        key = token_key(node.pk, token)
-        if role == "verify":
-            loop: VerifyLoop | DraftLoop = VerifyLoop(
-                engine=load_verify_engine(pipeline.target_model),
-                node_id=node.pk,
-                pipeline_id=pipeline.pk,
-                config=config,
-                key=key,
-                peers=peers,
-            )
-        else:
-            loop = DraftLoop(
-                engine=load_draft_engine(kind, pipeline.draft_model),
-                node_id=node.pk,
-                pipeline_id=pipeline.pk,
-                config=config,
-                key=key,
-                peers=peers,
-            )
-        wired[node.pk] = loop
-        loop.start()
-        assert loop.prepared.wait(30), "the loop's start-up cost sweep did not end"
-        node.last_seen = timezone.now()
-        node.state = "online"
-        node.save()
 
 
 @pytest.mark.parametrize("kind", ["ngram", "none"])
 def test_loops_reproduce_the_engine(kind, transactional_db, tmp_path, wired):
     target, draft = write_pair(tmp_path)
     pipeline, nodes = make_pipeline(f"loops-{kind}", target, draft, kind=kind, max_batch_wait_ms=5)
-    _run(pipeline, nodes, wired, kind)
+    run_loops(pipeline, nodes, wired, kind)
     ps = prompts(6, seed=5)
     gens = [
         services.generation_submit(
@@ -172,7 +106,7 @@ def test_verifier_claims_off_the_loop_retries_a_failed_claim_and_skips_ended_row
         return real_claim(**kwargs)
 
     monkeypatch.setattr(report_services, "generations_claim", claim)
-    _run(pipeline, nodes, wired, "none")
+    run_loops(pipeline, nodes, wired, "none")
     verifier_node = next(n for n, r, _ in nodes if r == "verify")
     verifier = wired[verifier_node.pk]
     ps = prompts(3, seed=9)
@@ -217,7 +151,7 @@ def test_new_sequences_join_the_running_draft_group(transactional_db, tmp_path, 
     their next results (one message, one draft batch), and the output stays exact."""
     target, draft = write_pair(tmp_path)
     pipeline, nodes = make_pipeline("join", target, draft, kind="ngram", max_batch_wait_ms=5)
-    _run(pipeline, nodes, wired, "ngram")
+    run_loops(pipeline, nodes, wired, "ngram")
     drafter_id = next(n.pk for n, r, _ in nodes if r == "draft")
     seen: list[tuple[str, dict]] = []
     deliver = wire.send_from
@@ -258,7 +192,7 @@ def test_a_rerouted_start_that_overtakes_the_old_attempts_cancel_replaces_it(
     leaves attempt 2 alone."""
     target, draft = write_pair(tmp_path)
     pipeline, nodes = make_pipeline("reroute", target, draft, kind="none", max_batch_wait_ms=5)
-    _run(pipeline, nodes, wired, "none")
+    run_loops(pipeline, nodes, wired, "none")
     verifier = next(wired[n.pk] for n, r, _ in nodes if r == "verify")
     p = prompts(1, seed=13)[0]
     params = {"temperature": 0, "max_tokens": 220, "ignore_eos": True}
@@ -290,83 +224,6 @@ def test_a_rerouted_start_that_overtakes_the_old_attempts_cancel_replaces_it(
     ledger_settled()
     g.refresh_from_db()
     assert (g.state, g.attempts, g.output_tokens) == ("finished", 2, want.token_ids)
-
-
-def _close(a, b, tol=1e-4) -> bool:
-    """Logprob entries equal to tol: [lp, [[id, lp], ...]] (None for a prompt's first)."""
-    if a is None or b is None:
-        return a is None and b is None
-    return (
-        abs(a[0] - b[0]) <= tol
-        and [i for i, _ in a[1]] == [i for i, _ in b[1]]
-        and all(abs(x - y) <= tol for (_, x), (_, y) in zip(a[1], b[1], strict=True))
-    )
-
-
-def test_logprobs_through_the_loops_and_more_starts_than_kv_slots(
-    transactional_db, tmp_path, wired, monkeypatch
-):
-    """Six sequences asking for token and prompt logprobs on a verifier with two KV slots:
-    the starts that do not fit wait on the verifier (none fails), and each stream carries
-    the in-process engine's tokens and logprobs."""
-    monkeypatch.setenv("TANDEM_NODE_SLOTS", "2")
-    target, draft = write_pair(tmp_path)
-    pipeline, nodes = make_pipeline("lp", target, draft, kind="ngram", max_batch_wait_ms=5)
-    _run(pipeline, nodes, wired, "ngram")
-    verifier = next(wired[n.pk] for n, r, _ in nodes if r == "verify")
-    assert verifier.engine.cache.n_slots == 2
-    ps = prompts(6, seed=3)
-    params = {"temperature": 0, "max_tokens": 12, "logprobs": 2, "prompt_logprobs": 1}
-    gens = [
-        services.generation_submit(
-            pipeline=pipeline, prompt="", prompt_tokens=p, params=params, user=None
-        )
-        for p in ps
-    ]
-    streamed = wait_done([g.pk for g in gens], timeout=60)
-    tm, tok = load_checkpoint(target)
-    want = SpeculativeGenerator(VerifyEngine(tm, tok, n_slots=6), DraftEngine.ngram(), k=4)
-    outs = want.generate(
-        ps, SamplingParams(temperature=0, max_tokens=12, logprobs=2, prompt_logprobs=1)
-    )
-    for g, o in zip(gens, outs, strict=True):
-        events = streamed[str(g.pk)]
-        assert events[-1]["type"] == "done", events[-1]
-        assert tokens_of(events) == o.token_ids
-        got = [e for ev in events if ev["type"] == "tokens" for e in ev["logprobs"]]
-        assert o.logprobs is not None and o.prompt_logprobs is not None
-        assert len(got) == len(o.token_ids)
-        assert all(_close(a, b) for a, b in zip(got, o.logprobs, strict=True))
-        prompt_lp = events[0]["prompt_logprobs"]
-        assert len(prompt_lp) == len(o.prompt_ids)
-        assert all(_close(a, b) for a, b in zip(prompt_lp, o.prompt_logprobs, strict=True))
-        assert sum("prompt_logprobs" in ev for ev in events) == 1
-
-
-def test_a_resumed_attempt_sends_the_prompts_logprobs_only(transactional_db, tmp_path, wired):
-    """A re-routed attempt prefills prompt + the tokens already streamed: the logprobs it
-    sends as the prompt's are the prompt's alone, and equal the first attempt's."""
-    target, draft = write_pair(tmp_path)
-    pipeline, nodes = make_pipeline("relp", target, draft, kind="none", max_batch_wait_ms=5)
-    _run(pipeline, nodes, wired, "none")
-    verifier = next(wired[n.pk] for n, r, _ in nodes if r == "verify")
-    p = prompts(1, seed=13)[0]
-    params = {"temperature": 0, "max_tokens": 220, "ignore_eos": True, "prompt_logprobs": 0}
-    g = services.generation_submit(
-        pipeline=pipeline, prompt="", prompt_tokens=p, params=params, user=None
-    )
-    deadline = time.monotonic() + 20
-    while len(tokens_of([e for _, e in stream_of(g.pk)])) < 5:
-        assert time.monotonic() < deadline
-        time.sleep(0.002)
-    Generation.objects.filter(pk=g.pk).update(state="queued", attempts=2)
-    g.refresh_from_db()
-    verifier.deliver("start", services.start_payload(g))
-    events = wait_done([g.pk], timeout=60)[str(g.pk)]
-    sent = [e["prompt_logprobs"] for e in events if "prompt_logprobs" in e]
-    assert len(sent) == 2  # one per attempt
-    assert len(sent[0]) == len(sent[1]) == len(p)
-    assert all(_close(a, b) for a, b in zip(sent[0], sent[1], strict=True))
 
 
 def test_a_claim_confirmed_during_the_prefill_streams_before_the_round(tmp_path, monkeypatch):
@@ -427,7 +284,7 @@ def test_adaptive_k_through_the_real_loops_is_exact_and_measured(transactional_d
         max_batch_wait_ms=5,
         k_policy={"mode": "adaptive", "k_min": 0, "k_max": 6, "k": 3},
     )
-    _run(pipeline, nodes, wired, "model")
+    run_loops(pipeline, nodes, wired, "model")
     ps = prompts(4, seed=21)
     gens = [
         services.generation_submit(
