@@ -97,7 +97,9 @@ def _back(request, node: Node):
 
 def _confirm(request, node: Node, question: tuple[str, str, str]):
     title, detail, button = question
-    carried = [(k, v) for k, v in request.POST.items() if k in ("next", "reason", "node_version")]
+    carried = [
+        (k, v) for k, v in request.POST.items() if k in ("next", "reason", "node_version", "force")
+    ]
     return render(
         request,
         "confirm.html",
@@ -138,7 +140,10 @@ def node_act(request, pk: int, action: str):
             done = f"{node.name} is back in service."
         elif action == "retire":
             services.node_retire(
-                node=node, actor=request.user, expected_version=args["node_version"]
+                node=node,
+                actor=request.user,
+                expected_version=args["node_version"],
+                force=args["force"],
             )
             done = f"{node.name} is retired; its tokens are revoked."
         else:

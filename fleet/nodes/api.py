@@ -21,6 +21,7 @@ from fleet.nodes.pagination import KeysetCursorPagination
 from fleet.nodes.serializers import (
     HeartbeatReplySerializer,
     HeartbeatSerializer,
+    LeavingSerializer,
     NodeCreateSerializer,
     NodeRegisteredSerializer,
     NodeSerializer,
@@ -40,6 +41,23 @@ IF_MATCH = OpenApiParameter(
     required=False,
     description='The ETag you read (`"<version>"`); a stale one is refused with 409.',
 )
+
+
+FORCE = OpenApiParameter(
+    "force",
+    OpenApiTypes.BOOL,
+    OpenApiParameter.QUERY,
+    required=False,
+    description="Retire it even if it is its pipeline's last healthy drafter or verifier.",
+)
+
+
+def _forced(raw: str) -> bool:
+    """`?force=`: true/false (or 1/0); anything else is a 400 with the field named."""
+    value = raw.strip().lower()
+    if value not in ("true", "false", "1", "0"):
+        raise ValidationError({"force": ["Must be true or false."]})
+    return value in ("true", "1")
 
 
 def etag(node: Node) -> str:
@@ -125,11 +143,16 @@ class NodeViewSet(
         node = services.node_update(node=node, expected_version=version, **changes)
         return node_response(node)
 
-    @extend_schema(responses={204: None}, parameters=[IF_MATCH])
+    @extend_schema(responses={204: None}, parameters=[IF_MATCH, FORCE])
     def destroy(self, request, *args, **kwargs):
-        """Retires the node (a soft delete: it stays listed as retired, its tokens die)."""
+        """Retires the node (a soft delete: it stays listed as retired, its tokens die);
+        refused (409) while it is a pipeline's last healthy drafter or verifier, unless
+        `?force=true`."""
         services.node_retire(
-            node=self.get_object(), actor=request.user, expected_version=expected_version(request)
+            node=self.get_object(),
+            actor=request.user,
+            expected_version=expected_version(request),
+            force=_forced(request.query_params.get("force", "false")),
         )
         return Response(status=status.HTTP_204_NO_CONTENT)
 
@@ -143,10 +166,17 @@ class NodeRetireView(RegistryErrorsMixin, GenericAPIView):
     serializer_class = NodeSerializer
     write_action = "administer"
 
-    @extend_schema(request=None, responses={200: NodeSerializer}, parameters=[IF_MATCH])
+    @extend_schema(
+        request=LeavingSerializer, responses={200: NodeSerializer}, parameters=[IF_MATCH]
+    )
     def post(self, request, pk):
+        body = LeavingSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
         node = services.node_retire(
-            node=self.get_object(), actor=request.user, expected_version=expected_version(request)
+            node=self.get_object(),
+            actor=request.user,
+            expected_version=expected_version(request),
+            force=body.validated_data["force"],
         )
         return node_response(node)
 
@@ -183,10 +213,16 @@ class NodeTokenRevokeView(GenericAPIView):
     serializer_class = TokensRevokedSerializer
     write_action = "administer"
 
-    @extend_schema(request=None, responses={200: TokensRevokedSerializer})
+    @extend_schema(request=LeavingSerializer, responses={200: TokensRevokedSerializer})
     def post(self, request, pk):
-        """Revokes every token of the node; its agent gets 401 until a new one is issued."""
-        count = services.node_token_revoke(node=self.get_object(), actor=request.user)
+        """Revokes every token of the node; its agent gets 401 until a new one is issued.
+        Refused (409) while it is a pipeline's last healthy drafter or verifier, unless
+        `force`."""
+        body = LeavingSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        count = services.node_token_revoke(
+            node=self.get_object(), actor=request.user, force=body.validated_data["force"]
+        )
         return Response({"revoked": count})
 
 

@@ -157,6 +157,16 @@ class NodeTokenIssuedSerializer(NodeTokenSerializer):
         read_only_fields = fields
 
 
+class LeavingSerializer(serializers.Serializer):
+    """The body of a change that takes a node away for good (retire, revoking its tokens)."""
+
+    force = serializers.BooleanField(
+        default=False,
+        help_text="Do it even if the node is its pipeline's last healthy drafter or verifier "
+        "(refused with 409 otherwise).",
+    )
+
+
 class TokensRevokedSerializer(serializers.Serializer):
     revoked = serializers.IntegerField(help_text="How many active tokens were revoked.")
 

@@ -26,6 +26,7 @@ from fleet.nodes.models import (
     NodeConflict,
     NodeToken,
 )
+from fleet.nodes.signals import node_leaving
 from fleet.nodes.validators import normalize_roles
 
 logger = logging.getLogger(__name__)
@@ -153,8 +154,12 @@ def node_transition(
 
 
 @transaction.atomic
-def node_retire(*, node: Node, actor=None, expected_version: int | None = None) -> Node:
-    """Soft delete: the row stays (history refers to it), its tokens are revoked. Audited."""
+def node_retire(
+    *, node: Node, actor=None, expected_version: int | None = None, force: bool = False
+) -> Node:
+    """Soft delete: the row stays (history refers to it), its tokens are revoked. Audited.
+    Refused (409) while it is a pipeline's last healthy drafter or verifier, unless `force`."""
+    node_leaving.send(sender=Node, node=node, force=force)
     before = node.state
     node = node_transition(node=node, to=NodeState.RETIRED, expected_version=expected_version)
     audit(
@@ -178,8 +183,11 @@ def _revoke_tokens(node: Node) -> int:
 
 
 @transaction.atomic
-def node_token_revoke(*, node: Node, actor=None) -> int:
-    """Revokes every active token of the node; returns how many. Audited."""
+def node_token_revoke(*, node: Node, actor=None, force: bool = False) -> int:
+    """Revokes every active token of the node; returns how many. Audited. Refused (409)
+    while it is a pipeline's last healthy drafter or verifier (it could no longer serve),
+    unless `force`. (Rotation is not refused: the node gets its new token at once.)"""
+    node_leaving.send(sender=Node, node=node, force=force)
     count = _revoke_tokens(node)
     audit(actor=actor, action="node.tokens_revoke", node=node, after={"revoked": count})
     _after_commit("tokens-revoked", [node.pk])
