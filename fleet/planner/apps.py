@@ -7,6 +7,6 @@ class PlannerConfig(AppConfig):
 
     def ready(self) -> None:
         from fleet.audit.signals import change_committed
-        from fleet.planner.verification import on_change_committed
+        from fleet.planner.receivers import on_change_committed
 
         change_committed.connect(on_change_committed, dispatch_uid="planner.verify-k-changes")

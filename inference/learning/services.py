@@ -12,6 +12,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from functools import partial
 
+from celery import current_app
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
@@ -163,9 +164,8 @@ def training_start(*, pipeline_id: int, actor, reason: str = "") -> DraftVersion
 
 
 def _enqueue(version_id: int) -> None:
-    from inference.learning.tasks import train_draft_version
-
-    result = train_draft_version.apply_async(args=[version_id], queue=TRAIN_QUEUE)
+    # by the task's name: the task module imports the services that call this
+    result = current_app.send_task("tandem.learning.train", args=[version_id], queue=TRAIN_QUEUE)
     DraftVersion.objects.filter(pk=version_id, task_id="").update(task_id=result.id or "")
 
 
