@@ -13,7 +13,6 @@ from inference.engine.sampling import SamplingParams
 from inference.training.self_draft import self_draft
 from inference.worker.draft import DraftLoop
 from tests.worker.helpers import write_pair
-from tests.worker.test_loops import wired  # noqa: F401  (the loops' fixture)
 
 
 def _loop(sent: list) -> DraftLoop:
@@ -87,7 +86,7 @@ def test_through_the_loops_a_swap_to_a_learned_draft_keeps_every_output(
     from inference.engine.engines import VerifyEngine
     from inference.engine.generator import generate
     from tests.worker.helpers import make_pipeline, tokens_of, wait_done
-    from tests.worker.test_loops import _run
+    from tests.worker.loop_harness import run_loops as _run
     from tests.worker.test_workers import prompts
 
     target, _ = write_pair(tmp_path)
