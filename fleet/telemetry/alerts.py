@@ -63,8 +63,9 @@ def nodes_lost(now: datetime) -> list[Alert]:
     out = []
     for p in placements:
         node = p.node
+        # a summary that stays put while the node stays lost (sync rewrites a changed one)
         seen = (
-            f"last heartbeat {int((now - node.last_seen).total_seconds())} s ago"
+            f"last heartbeat {node.last_seen:%Y-%m-%d %H:%M:%S} UTC"
             if node.last_seen
             else "no heartbeat"
         )
