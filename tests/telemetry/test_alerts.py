@@ -136,3 +136,16 @@ def test_sync_opens_one_row_per_key_even_when_called_twice_with_the_same_finding
     alert_state.sync(found=found)
     alert_state.sync(found=found)
     assert AlertState.objects.filter(resolved_at=None).count() == 1
+
+
+def test_beat_runs_the_evaluation(settings):
+    from fleet.telemetry.tasks import telemetry_evaluate_alerts
+
+    entry = settings.CELERY_BEAT_SCHEDULE["evaluate-alerts"]
+    assert entry["task"] == telemetry_evaluate_alerts.name and entry["schedule"] <= 10
+    pipeline = make_pipeline()
+    node = online_node()
+    place(pipeline, node, "verify")
+    Node.objects.filter(pk=node.pk).update(state="lost")
+    assert telemetry_evaluate_alerts() == 1
+    assert AlertState.objects.get(resolved_at=None).key == f"node_lost:{node.pk}"
