@@ -336,6 +336,8 @@ CELERY_BEAT_SCHEDULE = {
     "planner-verify-applied": {"task": "tandem.planner.verify_applied", "schedule": 5.0},
     # learning from traffic: capture, purge, canary verdicts, rollback watch, next training
     "learning-tick": {"task": "tandem.learning.tick", "schedule": 5.0},
+    # the alert conditions (compose/prometheus/alerts.yml) evaluated by Tandem itself: /alerts
+    "evaluate-alerts": {"task": "tandem.telemetry.evaluate_alerts", "schedule": 5.0},
 }
 
 LOGGING = {

@@ -21,6 +21,7 @@ NAV_SECTIONS = (
     ("/nodes/", "nodes"),
     ("/pipelines/", "pipelines"),
     ("/wall/", "wall"),
+    ("/alerts/", "alerts"),
     ("/account/keys/", "keys"),
     ("/api/v1/docs/", "api-docs"),
 )

@@ -1,7 +1,7 @@
 from django.urls import path
 from django.views.generic import RedirectView
 
-from fleet.console import live_views, views
+from fleet.console import alert_views, live_views, views
 from fleet.telemetry.metrics import metrics_view
 
 app_name = "console"
@@ -19,5 +19,6 @@ urlpatterns = [
     path("wall/data", live_views.wall_data, name="wall-data"),
     path("wall/links/", live_views.wall_links_page, name="wall-links"),
     path("wall/links/<int:pk>/revoke", live_views.wall_link_revoke_view, name="wall-link-revoke"),
+    path("alerts/", alert_views.alerts_page, name="alerts"),
     path("metrics", metrics_view, name="metrics"),
 ]

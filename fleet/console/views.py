@@ -4,7 +4,7 @@ from django.contrib.auth.decorators import login_required
 from django.shortcuts import render
 
 from fleet.accounts.access import can
-from fleet.telemetry import snapshot
+from fleet.telemetry import alert_state, snapshot
 
 SECTIONS = [
     (
@@ -34,6 +34,7 @@ def home(request):
         context["live"] = snapshot.read_fleet()
         context["warming"] = _warming()
         context["dead_letters"] = _dead_letters()
+        context["alerts_firing"] = len(alert_state.sync())
     return render(request, "console/home.html", context)
 
 

@@ -49,3 +49,29 @@ class Rollup(models.Model):
 
     def __str__(self) -> str:
         return f"{self.scope}:{self.scope_id} {self.resolution_s}s @ {self.start:%H:%M:%S}"
+
+
+class AlertState(models.Model):
+    """One firing of an alert condition (`fleet.telemetry.alerts`): open while `resolved_at` is
+    empty. At most one open row per key; a condition that fires again opens a new row."""
+
+    key = models.CharField(max_length=120)  # e.g. "node_lost:12", "itl_slo:3"
+    name = models.CharField(max_length=40)  # the Prometheus rule it mirrors, e.g. TandemNodeLost
+    severity = models.CharField(max_length=10)  # page / ticket, as in alerts.yml
+    summary = models.CharField(max_length=300)
+    pipeline_id = models.PositiveIntegerField(null=True, blank=True)  # for the link, if any
+    node_id = models.PositiveIntegerField(null=True, blank=True)
+    first_seen = models.DateTimeField()
+    resolved_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-first_seen"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["key"], condition=models.Q(resolved_at=None), name="one_open_alert_per_key"
+            )
+        ]
+        indexes = [models.Index(fields=["resolved_at"], name="alert_resolved_at")]
+
+    def __str__(self) -> str:
+        return f"{self.key} since {self.first_seen:%H:%M:%S}"
