@@ -96,19 +96,38 @@ def per_position(ids: list[str], stack) -> list[float]:
 
 
 def settle_rounds(trace: list, switch_at: float, *, share: float = 0.9) -> int | None:
-    """Rounds after `switch_at` until k settles: the first round from which at least `share`
-    of the rounds to the end stay within 1 of where k ends up (the mode of the last half; a
-    k between two of nearly equal worth wanders a little without being unsettled)."""
-    after = [k for t, _b, k in trace if t >= switch_at]
+    """Rounds after `switch_at` until k settles, for the batch sizes that carry the traffic.
+
+    Adaptive k is chosen per batch bucket (a round of 2 sequences may rightly draft another k
+    than one of 8, and a run's batch shrinks as its requests finish), so each bucket holding at
+    least a quarter of the rounds after the switch is judged on its own rounds: the first round
+    from which at least `share` of its rounds to the end stay within 1 of where its k ends up
+    (the mode of its last half; a k between two of nearly equal worth wanders a little without
+    being unsettled). The worst of those buckets, in that bucket's rounds."""
+    from fleet.planner.costs import bucket
+
+    after = [(bucket(b), k) for t, b, k in trace if t >= switch_at]
     if len(after) < 4:
         return None
-    tail = after[len(after) // 2 :]
-    final = max(set(tail), key=tail.count)
-    for i in range(len(after)):
-        rest = after[i:]
-        if sum(abs(k - final) <= 1 for k in rest) >= share * len(rest):
-            return i
-    return len(after)
+    by_bucket: dict[int, list[int]] = {}
+    for b, k in after:
+        by_bucket.setdefault(b, []).append(k)
+    worst = None
+    for ks in by_bucket.values():
+        if len(ks) < max(4, len(after) / 4):
+            continue
+        tail = ks[len(ks) // 2 :]
+        final = max(set(tail), key=tail.count)
+        settled = next(
+            (
+                i
+                for i in range(len(ks))
+                if sum(abs(k - final) <= 1 for k in ks[i:]) >= share * len(ks[i:])
+            ),
+            len(ks),
+        )
+        worst = settled if worst is None else max(worst, settled)
+    return worst
 
 
 def _phases(name: str) -> dict[str, tuple[list[str], dict]]:

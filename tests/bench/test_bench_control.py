@@ -39,3 +39,16 @@ def test_bench_control_smoke_on_the_tiny_pair(tmp_path, capfd):
     assert report["planner_sim_error_max_pct"] is not None
     assert report["demo_sweep_s"]["verify"] is not None
     assert "adaptive / best fixed k (min)" in capfd.readouterr().out  # the child's output
+
+
+def test_settling_is_judged_per_batch_bucket():
+    """A run's batch shrinks as its requests finish, and adaptive k is chosen per batch
+    bucket: rounds of 2 sequences drafting another k than rounds of 8 is not unsettled."""
+    from inference.bench.control import settle_rounds
+
+    mixed = [(10.0 + i, 8 if i % 3 else 2, 8 if i % 3 else 3) for i in range(60)]
+    assert settle_rounds(mixed, 10.0) == 0
+    moving = [(10.0 + i, 8, 8 if i < 12 else 2) for i in range(60)]
+    # k moves from 8 to 2 at round 12; 90 % of the rounds from round 7 on are at 2
+    assert settle_rounds(moving, 10.0) == 7
+    assert settle_rounds(moving, 100.0) is None  # nothing after the switch
