@@ -276,6 +276,7 @@ def bench(*, models: Path, plan: str, log=print, pipelines=("demo", "smollm2")) 
         report["planner_sim_error_max_pct"] = round(max(simulated), 1)
         report["planner_apply_error_max_pct"] = round(max(errors + simulated), 1)
         report["config"]["low_phase_params"] = LOW_PARAMS
+        report["bad_apply_rollback_s"] = None  # measured on the demo pair only
         if "demo" in served:
             pipeline, _ = served["demo"]
             report["bad_apply_rollback_s"] = (
