@@ -41,7 +41,7 @@ from typing import Any
 from inference.training.draft_data import PROMPTS_FILE as DRAFT_PROMPTS
 
 from .control_planner import planner_errors, simulated_errors
-from .serving import _prompts, _setup
+from .serving import _prompts, bench_key
 from .serving_clients import drive
 from .stack import NO_DATABASE, Stack, free_port, wait_for, wait_rows
 
@@ -189,10 +189,7 @@ def bench(*, models: Path, plan: str, log=print, pipelines=("demo", "smollm2")) 
     from inference.selectors import node_inspect
 
     how = PLANS[plan]
-    _pipeline, _nodes, key = _setup(models, k=4, max_batch=32, wait_ms=20)
-    _pipeline.delete()  # _setup's user and key serve; the pipelines are made below
-    for node, _token in _nodes.values():
-        node.delete()
+    key = bench_key()
     profile = HardwareProfile.objects.filter(kind="cpu").first()
     port = free_port()
     base = f"http://127.0.0.1:{port}"

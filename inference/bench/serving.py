@@ -26,19 +26,26 @@ from .serving_clients import drive
 from .stack import NO_DATABASE, Stack, free_port, wait_for, wait_rows
 
 
-def _setup(models: Path, *, k: int, max_batch: int, wait_ms: int):
+def bench_key() -> str:
+    """Migrate the bench's throw-away database and return an operator's API key."""
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
 
     from fleet.accounts.services import api_key_create, user_set_role
-    from fleet.nodes.models import HardwareProfile
-    from fleet.nodes.services import node_register
-    from fleet.pipelines.models import Pipeline, Placement
 
     call_command("migrate", verbosity=0)
     user = get_user_model().objects.create_user("bench", password=None)
     user_set_role(user=user, role="operator")
     _, key = api_key_create(user=user, name="bench")
+    return key
+
+
+def _setup(models: Path, *, k: int, max_batch: int, wait_ms: int):
+    from fleet.nodes.models import HardwareProfile
+    from fleet.nodes.services import node_register
+    from fleet.pipelines.models import Pipeline, Placement
+
+    key = bench_key()
     profile = HardwareProfile.objects.filter(kind="cpu").first()
     assert profile is not None  # seeded by nodes migration 0002
     pipeline = Pipeline.objects.create(
