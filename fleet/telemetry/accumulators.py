@@ -209,31 +209,29 @@ K_BATCH_BANDS = (1, 4, 16, 64, 4096)
 K_BATCH_FIELDS = tuple(f"k_batch_{b}" for b in K_BATCH_BANDS)
 
 
-def k_figures(k_hist: dict[str, float]) -> tuple[float | None, dict[str, float]]:
-    """Mean k drafted per round, and the mean k by batch size, from a drafter's k_hist."""
+def k_figures(
+    k_hist: dict[str, float],
+) -> tuple[float | None, dict[str, float], dict[str, float | None]]:
+    """From a drafter's k_hist, in one pass: the mean k drafted per round, the mean k by batch
+    size, and the mean k per batch band (K_BATCH_FIELDS; None where no round fell)."""
     rounds = k_sum = 0.0
     by_batch: dict[int, list[float]] = {}
+    by_band = {f: [0.0, 0.0] for f in K_BATCH_FIELDS}
     for key, n in k_hist.items():
-        batch, _, k = key.partition(":")
+        b, _, k = key.partition(":")
+        batch, drafted = int(b), n * int(k)
         rounds += n
-        k_sum += n * int(k)
-        cell = by_batch.setdefault(int(batch), [0.0, 0.0])
-        cell[0] += n * int(k)
-        cell[1] += n
+        k_sum += drafted
+        band = next((x for x in K_BATCH_BANDS if batch <= x), K_BATCH_BANDS[-1])
+        for cell in (by_batch.setdefault(batch, [0.0, 0.0]), by_band[f"k_batch_{band}"]):
+            cell[0] += drafted
+            cell[1] += n
     mean = round(k_sum / rounds, 3) if rounds > 0 else None
-    return mean, {str(b): round(c[0] / c[1], 2) for b, c in sorted(by_batch.items()) if c[1]}
-
-
-def k_by_band(k_hist: dict[str, float]) -> dict[str, float | None]:
-    """Mean k per batch band (K_BATCH_BANDS), weighted by rounds; None where no round fell."""
-    cells = {f: [0.0, 0.0] for f in K_BATCH_FIELDS}
-    for key, n in k_hist.items():
-        batch, _, k = key.partition(":")
-        band = next((b for b in K_BATCH_BANDS if int(batch) <= b), K_BATCH_BANDS[-1])
-        cell = cells[f"k_batch_{band}"]
-        cell[0] += n * int(k)
-        cell[1] += n
-    return {f: (round(c[0] / c[1], 2) if c[1] > 0 else None) for f, c in cells.items()}
+    return (
+        mean,
+        {str(b): round(c[0] / c[1], 2) for b, c in sorted(by_batch.items()) if c[1]},
+        {f: (round(c[0] / c[1], 2) if c[1] > 0 else None) for f, c in by_band.items()},
+    )
 
 
 def _make_add_scalars():
@@ -345,11 +343,11 @@ def derive(acc: Acc, span_s: float) -> dict:
     per_pos = [round(p, 4) for p in per_position_acceptance(pos)]
     alpha = estimate_alpha(pos)
     itl_count = sum(acc.itl_hist)
-    k_mean, k_by_batch = k_figures(acc.k_hist)
+    k_mean, k_by_batch, k_bands = k_figures(acc.k_hist)
     return {
         "k_mean": k_mean,
         "k_by_batch": k_by_batch,
-        **k_by_band(acc.k_hist),
+        **k_bands,
         "acceptance_rate": _ratio(acc.accepted, acc.draft_tokens),
         "mean_acceptance_length": round(1 + acc.accepted / drafts, 4) if drafts > 0 else None,
         "per_position_acceptance": per_pos,
