@@ -34,8 +34,13 @@ class DraftLoop(BaseLoop):
         self.params_of: dict[str, object] = {}  # gen -> SamplingParams (for a draft swap)
         self.ready: list[str] = []
         self.adaptive = AdaptiveK()
-        self.drafted_k: dict[str, int] = {}  # gen -> tokens drafted in its last round
-        self.shadow: dict[str, int] = {}  # gen -> the token drafted in the shadow (k = 0)
+        # gen -> the k asked of the drafter in its last round. Asked, not returned: a drafter
+        # that finds nothing to propose (an n-gram table without a match) drafts fewer tokens,
+        # and counting only what it returned made acceptance the acceptance *given* a proposal,
+        # so adaptive k priced drafts that were never made (k 4 for α 0.34 on smollm2).
+        self.drafted_k: dict[str, int] = {}
+        # gen -> the token drafted in the shadow at k = 0 (None: the drafter proposed nothing)
+        self.shadow: dict[str, int | None] = {}
         self.sent_to: dict[int, float] = {}  # verifier -> when this round's drafts left
         self.rounds = 0
         self.k_trace: deque[tuple[float, int, int]] = deque(maxlen=256)  # (time, batch, k)
@@ -132,10 +137,10 @@ class DraftLoop(BaseLoop):
             if k:
                 ks.append(k)
                 ns.append(int(r["n_accepted"]))
-            token = self.shadow.pop(gid, None)
-            if token is not None and r["tokens"]:
+            if gid in self.shadow and r["tokens"]:
+                token = self.shadow.pop(gid)
                 shadow_n += 1
-                shadow_ok += int(r["tokens"][0] == token)
+                shadow_ok += int(token is not None and r["tokens"][0] == token)
         if ks:
             self.adaptive.acceptance.observe_lengths(ks, ns)
         if shadow_n:
@@ -255,7 +260,7 @@ class DraftLoop(BaseLoop):
             self.adaptive.draft_costs.observe(len(batch), k, t1 - t0)
         out = defaultdict(list)
         for d in drafts:
-            self.drafted_k[d["seq_id"]] = len(d["tokens"])
+            self.drafted_k[d["seq_id"]] = k
             out[self.verifier_of[d["seq_id"]]].append(d)
         now = time.monotonic()
         for verifier, ds in out.items():
@@ -280,16 +285,18 @@ class DraftLoop(BaseLoop):
     def _shadow(self, batch: list[str]) -> None:
         """At k = 0, draft one token for a few sequences without sending it (the verifier is
         busy with the round meanwhile) and compare it with the token the verifier emits: the
-        acceptance of position 0 stays measured while no draft is."""
-        seqs = batch[: self.SHADOW_SEQS]
+        acceptance of position 0 stays measured while no draft is. The sequences taken turn
+        about (a drafter may propose for some sequences and never for others), and one it
+        proposes nothing for counts as a rejected draft, as it does at k > 0."""
+        start = (self.rounds * self.SHADOW_SEQS) % len(batch)
+        seqs = (batch[start:] + batch[:start])[: self.SHADOW_SEQS]
         try:
             drafts, _ = self.engine.drafter.propose([(g, 1) for g in seqs])
         except Exception:
             logger.exception("drafter %s: shadow draft failed", self.node_id)
             return
         for d in drafts:
-            if d.tokens:
-                self.shadow[d.seq_id] = d.tokens[0]
+            self.shadow[d.seq_id] = d.tokens[0] if d.tokens else None
 
     def slots(self) -> dict:
         n_free = self.engine.n_free

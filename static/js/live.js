@@ -145,10 +145,19 @@
         return;
       }
       if (message.ts && message.ts > self.lastTs) {
-        // the aggregator stamps every push: newer stamps mean the numbers are live
+        // The aggregator stamps every push. A newer stamp is live only if it is also recent: a
+        // reconnect is answered with the last push the server holds, which after the
+        // aggregator died is newer than what this page saw yet already seconds old. Its age is
+        // judged against the freshest stamp seen (the smallest lag), which absorbs the clock
+        // difference between the server and this browser.
+        var lag = Date.now() / 1000 - message.ts;
+        if (self.minLag === undefined || lag < self.minLag) self.minLag = lag;
+        var age = lag - self.minLag;
         self.lastTs = message.ts;
-        self.lastFresh = Date.now();
-        if (self.state !== "live") self.status("live", "live");
+        if (age < STALE_S) {
+          self.lastFresh = Date.now() - age * 1000;
+          if (self.state !== "live") self.status("live", "live");
+        }
       }
       if (message.type === "error") {
         console.warn("live:", message.detail);

@@ -91,7 +91,7 @@ def test_command_writes_into_data_dir_and_skips_existing(tmp_path, settings):
 
 @pytest.mark.slow
 @pytest.mark.demo_train
-@pytest.mark.timeout(1500)  # the training happens in the `demo_pair` fixture, on first use
+@pytest.mark.timeout(2700)  # trained in the `demo_pair` fixture on first use: 21 min in CI
 def test_full_demo_pair(demo_pair):
     """The real command (~6 min on 2 idle CPU cores; trained once per run by the fixture):
     the acceptance requirement. The 10-minute budget holds on an idle machine; on a shared one

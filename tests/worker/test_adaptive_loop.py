@@ -68,7 +68,7 @@ def make_loop(monkeypatch, sent):
     return loop, gens
 
 
-def rounds(loop, sent, n, *, accept, next_token=7):
+def rounds(loop, sent, n, *, accept, next_token=7, costs=VERIFY_COSTS):
     """n rounds: the loop drafts (token 7), the 'verifier' accepts `accept(k)` of each draft
     and emits `next_token` after them (7: what the drafter would have drafted next)."""
     ks = []
@@ -78,19 +78,19 @@ def rounds(loop, sent, n, *, accept, next_token=7):
         assert kind == "drafts" and node == 1
         k = len(p["drafts"][0]["tokens"])
         ks.append(k)
-        n_acc = accept(k)
+        n_acc = {d["seq_id"]: min(accept(k), len(d["tokens"])) for d in p["drafts"]}
         results = [
             {
                 "seq_id": d["seq_id"],
-                "tokens": [7] * n_acc + [next_token],
-                "n_accepted": n_acc,
+                "tokens": [7] * n_acc[d["seq_id"]] + [next_token],
+                "n_accepted": n_acc[d["seq_id"]],
                 "finished": False,
             }
             for d in p["drafts"]
         ]
         payload = {"verifier": 1, "results": results, "verify_s": 0.010, "vbatch": 8}
         if len(ks) == 1:
-            payload["costs"] = VERIFY_COSTS
+            payload["costs"] = costs
         loop.handle("results", payload)
     return ks
 
@@ -146,3 +146,27 @@ def test_only_a_sequences_own_peers_act_on_it(monkeypatch):
     assert gens[0] in d.verifier_of
     d.handle("cancel", {"gen": gens[0], "verifier": 1})
     assert gens[0] not in d.verifier_of
+
+
+class SparseDrafter(FakeDrafter):
+    """An n-gram table's way: it proposes only for the sequences it has a match for (a
+    quarter of them here), and what it proposes is always right."""
+
+    def propose(self, requests):
+        drafts = [Draft(sid, [7] * k if sid in ("g0", "g4") else [], None) for sid, k in requests]
+        return drafts, max(k for _, k in requests)
+
+
+def test_a_drafter_that_proposes_for_few_sequences_settles_at_k0(monkeypatch):
+    """Acceptance counts the drafts asked for, not only those returned: a drafter with
+    nothing to propose for most sequences (n-gram, no match) made every proposal look
+    accepted, and adaptive k drafted 4 where plain decoding wins. Verify costs 10 ms + 4 ms a
+    token: k=4 predicts 2 tokens a sequence in 30 ms, below plain's 1 in 14 ms."""
+    sent: list = []
+    loop, _ = make_loop(monkeypatch, sent)
+    loop.engine.drafter = SparseDrafter()
+    loop.engine.drafter.add_many([(g, [1, 2, 3], None) for g in loop.verifier_of])
+    costs = [[b, t, 0.010 + 0.004 * t, 5] for b in (1, 2, 4, 8) for t in range(1, 10)]
+    ks = rounds(loop, sent, 30, accept=lambda k: k, costs=costs)
+    assert set(ks[-10:]) == {0}, ks
+    assert loop.adaptive.acceptance.per_position(1)[0] < 0.5

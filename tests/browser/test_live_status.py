@@ -1,0 +1,67 @@
+"""The live status line judges a frame by the age of its aggregator stamp, not by its
+arrival. CI caught the wall saying "live" again 8 s after the aggregator died: the page
+reconnected and the server answered with the last push it held, whose stamp was newer than
+any the page had seen yet already 9 s old. Here live.js runs against a fake WebSocket, so
+the order of frames is exact (no server, no timing luck)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+
+LIVE_JS = Path(__file__).resolve().parents[2] / "static" / "js" / "live.js"
+
+FAKE_SOCKET = """
+window.__sockets = [];
+window.WebSocket = class {
+  constructor(url) {
+    this.url = url; this.readyState = 0; window.__sockets.push(this);
+    setTimeout(() => { this.readyState = 1; if (this.onopen) this.onopen(); }, 5);
+  }
+  send() {}
+  close() { this.readyState = 3; if (this.onclose) this.onclose({ code: 1006 }); }
+};
+window.__push = (ts) => {
+  const s = window.__sockets[window.__sockets.length - 1];
+  s.onmessage({ data: JSON.stringify({ type: "fleet.update", ts: ts }) });
+};
+"""
+
+PAGE = (
+    '<div id="live-status" class="live-status"><span class="live-label"></span></div>'
+    "<script>{js}</script>"
+)
+
+
+def _state(page) -> str:
+    return page.get_attribute("#live-status", "class") or ""
+
+
+def test_a_reconnect_answered_with_an_old_push_stays_stale(chromium):
+    page = chromium.new_page()
+    try:
+        page.set_content(PAGE.format(js=LIVE_JS.read_text()))
+        page.add_script_tag(content=FAKE_SOCKET)
+        page.evaluate("window.__live = new Tandem.LiveSocket('/ws/fleet/')")
+        page.wait_for_function("window.__sockets.length === 1 && window.__sockets[0].readyState")
+        # the aggregator pushes every half second, then dies
+        for _ in range(3):
+            page.evaluate("window.__push(Date.now() / 1000)")
+            page.wait_for_timeout(500)
+        assert "live-live" in _state(page)
+        died = page.evaluate("Date.now() / 1000")
+        page.wait_for_selector("#live-status.live-stale", timeout=8000)
+        # the socket drops and comes back; the server answers with the last push it held
+        page.evaluate("window.__sockets[0].close()")
+        page.wait_for_function("window.__sockets.length === 2 && window.__sockets[1].readyState")
+        page.evaluate("ts => window.__push(ts)", died + 0.2)  # newer than any seen, yet old
+        page.wait_for_timeout(300)
+        assert "live-stale" in _state(page), _state(page)
+        # a fresh push: live again
+        page.evaluate("window.__push(Date.now() / 1000)")
+        page.wait_for_selector("#live-status.live-live", timeout=2000)
+    finally:
+        page.close()
