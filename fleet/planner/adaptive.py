@@ -89,7 +89,9 @@ class AdaptiveK:
         goodput = self.goodput_by_k(batch, p["k_min"], p["k_max"])
         best = max(goodput, key=lambda k: (goodput[k], -k))
         now = self.current.get(b)
-        if now in goodput and goodput[best] <= goodput[now] * (1 + HYSTERESIS):
+        # hysteresis between k worth about the same, never for a k predicted below plain's
+        holds = now == 0 or (now in goodput and goodput[now] >= goodput[0])
+        if holds and now in goodput and goodput[best] <= goodput[now] * (1 + HYSTERESIS):
             best = now
         self.current[b] = best
         return best
