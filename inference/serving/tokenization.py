@@ -11,43 +11,28 @@ from __future__ import annotations
 
 import json
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 
-from tokenizers import Tokenizer
+from tokenizers import Tokenizer as HFTokenizer
 
 from fleet.pipelines.model_refs import model_dir
 from inference.text import chat_prompts
+from inference.text.tokenizer import Tokenizer
 
 
 class TokenizerUnavailable(Exception):
     """The model directory has no usable tokenizer.json / config.json."""
 
 
-@dataclass(frozen=True)
-class ModelTokenizer:
-    path: Path
-    tk: Tokenizer
-    context_length: int
-    chatml: bool
-    chat_template: str | None = None  # the model's own (tokenizer_config.json), Jinja
+class ModelTokenizer(Tokenizer):
+    """The text room's tokenizer (one class for engine, workers and web) with what the web
+    side needs beside it: the model directory and its context length."""
 
-    def encode(self, text: str) -> list[int]:
-        return self.tk.encode(text, add_special_tokens=False).ids
-
-    def decode(self, ids: list[int]) -> str:
-        return self.tk.decode(list(ids), skip_special_tokens=True)
-
-    def chat_prompt(
-        self, messages: list[dict[str, str]], *, add_generation_prompt: bool = True
-    ) -> str:
-        """The prompt text of a conversation (`inference.text.chat_prompts`)."""
-        return chat_prompts.render(
-            messages,
-            template=self.chat_template,
-            chatml=self.chatml,
-            add_generation_prompt=add_generation_prompt,
-        )
+    def __init__(
+        self, path: Path, tk: HFTokenizer, context_length: int, chat_template: str | None = None
+    ) -> None:
+        super().__init__(tk, chat_template=chat_template)
+        self.path, self.context_length = path, context_length
 
 
 _cache: dict[tuple[str, float, float], ModelTokenizer] = {}
@@ -76,14 +61,13 @@ def load(reference: str) -> ModelTokenizer:
 
 def _read(path: Path, tok_file: Path, cfg_file: Path) -> ModelTokenizer:
     try:
-        tk = Tokenizer.from_file(str(tok_file))
+        tk = HFTokenizer.from_file(str(tok_file))
         config = json.loads(cfg_file.read_text())
         context = int(config.get("max_position_embeddings") or 0)
     except Exception as exc:  # OSError, JSON errors, and tokenizers' plain Exception
         raise TokenizerUnavailable(f"cannot read the tokenizer at {path}: {exc}") from exc
     if context <= 0:
         raise TokenizerUnavailable(f"{cfg_file} has no max_position_embeddings")
-    chatml = chat_prompts.knows_chatml(tk)
     template = None
     if (path / "tokenizer_config.json").exists():
         try:
@@ -92,6 +76,4 @@ def _read(path: Path, tok_file: Path, cfg_file: Path) -> ModelTokenizer:
                 chat_prompts.compiled(template)
         except Exception as exc:  # JSON and Jinja syntax errors
             raise TokenizerUnavailable(f"cannot read the chat template at {path}: {exc}") from exc
-    return ModelTokenizer(
-        path, tk, context, chatml, template if isinstance(template, str) else None
-    )
+    return ModelTokenizer(path, tk, context, template if isinstance(template, str) else None)

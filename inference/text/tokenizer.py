@@ -24,6 +24,7 @@ class Tokenizer:
         self.tk, self.bos_token, self.eos_token = tk, bos_token, eos_token
         self.chat_template = chat_template
         self._hash: str | None = None
+        self._chatml: bool | None = None
 
     # -- ids ---------------------------------------------------------------------------
     @property
@@ -44,11 +45,24 @@ class Tokenizer:
     def decode(self, ids: list[int], *, skip_special_tokens: bool = True) -> str:
         return self.tk.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
-    def chat_prompt(self, messages: list[dict[str, str]]) -> str:
-        """The model's own chat template, else ChatML, else a plain transcript (the one
-        renderer the web side uses too), ending with the assistant's turn opened."""
+    @property
+    def chatml(self) -> bool:
+        """Does the vocabulary hold ChatML's markers (the fallback when no template)?"""
+        if self._chatml is None:
+            self._chatml = chat_prompts.knows_chatml(self.tk)
+        return self._chatml
+
+    def chat_prompt(
+        self, messages: list[dict[str, str]], *, add_generation_prompt: bool = True
+    ) -> str:
+        """The model's own chat template, else ChatML, else a plain transcript (one renderer
+        for the engine, the workers and the web side), by default ending with the
+        assistant's turn opened."""
         return chat_prompts.render(
-            messages, template=self.chat_template, chatml=chat_prompts.knows_chatml(self.tk)
+            messages,
+            template=self.chat_template,
+            chatml=self.chatml,
+            add_generation_prompt=add_generation_prompt,
         )
 
     @property
