@@ -307,8 +307,11 @@ def measured_from_rollups(rows: list[dict], *, default_k: int = 4) -> dict:
     for d in rows:
         if d.get("alpha") is not None:
             alphas.append(float(d["alpha"]))
-        if d.get("per_position_acceptance"):
-            per_pos_rows.append(d["per_position_acceptance"])
+        # per sequence-round asked (a drafter without a proposal counted), where the bucket
+        # has the drafter's rounds; else vLLM's per draft made
+        per_pos = d.get("per_position_asked") or d.get("per_position_acceptance")
+        if per_pos:
+            per_pos_rows.append(per_pos)
         batch = d.get("batch_mean")
         if batch:
             batches.append(float(batch))

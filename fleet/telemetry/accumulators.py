@@ -287,6 +287,25 @@ def per_position_acceptance(pos: list[tuple[float, float]]) -> list[float]:
     return [min(a / d, 1.0) for a, d in pos]
 
 
+def per_position_asked(pos: list[tuple[float, float]], k_hist: dict[str, float]) -> list[float]:
+    """a_i / asked_i: how often position i was accepted per sequence-round whose drafter was
+    asked for more than i tokens (the drafter's k_hist), a draft made or not. The goodput
+    model needs this one: a drafter that proposes nothing without a match (n-gram) makes
+    p_i above (vLLM's definition) look high while most rounds gain nothing. Empty without a
+    drafter's rounds in the window (a verifier's own figures)."""
+    asked = [0.0] * len(pos)
+    for key, n in k_hist.items():
+        b, _, k = key.partition(":")
+        for i in range(min(int(k), len(pos))):
+            asked[i] += n * int(b)
+    out = []
+    for (a, d), n in zip(pos, asked, strict=True):
+        if n <= _NO_DRAFTS:
+            break
+        out.append(min(a / n, a / d, 1.0))  # the windows of drafter and verifier may differ
+    return out
+
+
 def estimate_alpha(pos: list[tuple[float, float]]) -> float | None:
     """Pooled ratio of consecutive positions over the positions that existed: trials at
     position i are the d_i drafts that had it times the rate p_{i-1} of getting through
@@ -351,6 +370,7 @@ def derive(acc: Acc, span_s: float) -> dict:
         "acceptance_rate": _ratio(acc.accepted, acc.draft_tokens),
         "mean_acceptance_length": round(1 + acc.accepted / drafts, 4) if drafts > 0 else None,
         "per_position_acceptance": per_pos,
+        "per_position_asked": [round(p, 4) for p in per_position_asked(pos, acc.k_hist)],
         "alpha": round(alpha, 4) if alpha is not None else None,
         "tokens_per_s": _round(tokens_per_s, 2),
         "draft_tokens_per_s": _round(acc.draft_tokens / span if span else None, 2),

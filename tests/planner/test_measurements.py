@@ -256,3 +256,14 @@ def test_measured_row_beside_the_prediction(pipeline, viewer):
     measured = html.split('id="measured-row"')[1].split("</tr>")[0]
     assert 'data-m="goodput">301.0<' in measured and "measured" in measured
     assert 'id="predicted-at-measured"' in html
+
+
+def test_the_planner_prices_acceptance_per_position_asked():
+    """A bucket with the drafter's rounds gives acceptance per sequence-round asked; the
+    planner takes it over vLLM's per draft made (which ignores rounds without a proposal)."""
+    rows = [
+        {"per_position_acceptance": [1.0, 0.5], "per_position_asked": [0.25, 0.125]},
+        {"per_position_acceptance": [0.8, 0.4]},  # no drafter rounds in this bucket
+    ]
+    m = measurements.measured_from_rollups(rows)
+    assert m["per_position"] == pytest.approx((0.525, 0.2625))

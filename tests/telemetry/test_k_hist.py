@@ -46,3 +46,18 @@ def test_k_by_batch_band_is_a_chart_series():
     assert {"k_batch_1", "k_batch_4", "k_batch_16", "k_batch_64", "k_batch_4096"} <= set(
         SERIES_FIELDS
     )
+
+
+def test_acceptance_per_position_asked_counts_the_rounds_without_a_proposal():
+    """One round of 8 sequences asked for 2 tokens; the drafter (an n-gram table) proposed
+    for 2 of them, both accepted at position 0, one at position 1. vLLM's per-position
+    acceptance says 1.0 and 0.5; per sequence-round asked it is 2/8 and 1/8, what the goodput
+    model must price (k 4 on smollm2 at α 0.34 lost to plain decoding)."""
+    acc = Acc()
+    acc.per_pos, acc.per_pos_drafts, acc.drafts = [2.0, 1.0], [2.0, 2.0], 2.0
+    acc.k_hist = {"8:2": 1.0, "8:0": 3.0}  # rounds at k = 0 ask for nothing
+    figures = derive(acc, 1.0)
+    assert figures["per_position_acceptance"] == [1.0, 0.5]
+    assert figures["per_position_asked"] == [0.25, 0.125]
+    acc.k_hist = {}  # a verifier's own window: no drafter rounds to count
+    assert derive(acc, 1.0)["per_position_asked"] == []
