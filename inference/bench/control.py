@@ -77,22 +77,22 @@ def _run(base, key, phase, n, requests, max_tokens, rng) -> dict:
     return {"tokens_per_s": r["tokens_per_s"], "ids": r["ids"], "wall_s": r["wall_s"]}
 
 
-def per_position(ids: list[str], stack) -> list[float]:
-    """P(drafts 0..i accepted) over a run's generations, from the ledger's counters."""
+def per_position(ids: list[str], stack, k: int) -> list[float]:
+    """P(drafts 0..i accepted) per round asked for k tokens, over a run's generations at
+    fixed k, from the ledger's counters: a round emits its accepted tokens and one more, so
+    a generation ran (emitted - accepted) rounds, and a round whose drafter proposed nothing
+    (n-gram without a match) counts as a rejection, as the planner counts it."""
     from inference.models import Generation
 
     wait_rows(ids, stack)
-    acc: list[int] = []
-    drafts: list[int] = []
+    acc = [0] * k
+    rounds = 0
     for c in Generation.objects.filter(pk__in=ids).values_list("counters", flat=True):
-        for name, into in (
-            ("num_accepted_tokens_per_pos", acc),
-            ("num_draft_tokens_per_pos", drafts),
-        ):
-            for i, v in enumerate((c or {}).get(name) or []):
-                into.extend([0] * (i + 1 - len(into)))
-                into[i] += v
-    return [a / d for a, d in zip(acc, drafts, strict=False) if d]
+        c = c or {}
+        rounds += int(c.get("num_emitted_tokens") or 0) - int(c.get("num_accepted_tokens") or 0)
+        for i, v in enumerate((c.get("num_accepted_tokens_per_pos") or [])[:k]):
+            acc[i] += v
+    return [min(a / rounds, 1.0) for a in acc] if rounds > 0 else []
 
 
 def settle_rounds(trace: list, switch_at: float, *, share: float = 0.9) -> int | None:
@@ -315,7 +315,7 @@ def _measure(name, pipeline, nodes, base, key, how, stack, log):
                     res = _run(base, key, work, n, requests, max_tokens, rng)
                     runs[k].append(res["tokens_per_s"])
                     if k == max(ks) and not accept:
-                        accept = per_position(res["ids"], stack)
+                        accept = per_position(res["ids"], stack, k)
                 _set_policy(pipeline, ADAPTIVE)
                 runs["adaptive"].append(
                     _run(base, key, work, n, requests, max_tokens, rng)["tokens_per_s"]
