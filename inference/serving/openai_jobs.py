@@ -147,6 +147,7 @@ def _prepare(
             top_k=body.get("top_k"),
             seed=body.get("seed"),
             stop=body.get("stop"),
+            ignore_eos=body.get("ignore_eos"),
         )
         for prompt in prompts
     ]

@@ -22,6 +22,11 @@ COMMON = {
     "top_p": {"type": "number", "minimum": 0, "exclusiveMinimum": True, "maximum": 1},
     "seed": {"type": "integer"},
     "stop": STRING_OR_LIST,
+    "ignore_eos": {
+        "type": "boolean",
+        "default": False,
+        "description": "vLLM's extension: generate max_tokens, past the end of sequence.",
+    },
     "n": {"type": "integer", "minimum": 1, "maximum": 16, "default": 1},
     "stream": {"type": "boolean", "default": False, "description": "Server-sent events."},
     "stream_options": {

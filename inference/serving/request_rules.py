@@ -109,9 +109,17 @@ def _number(value, param: str, *, integer: bool = False):
     return value
 
 
-def sampling_params(*, temperature=None, top_p=None, top_k=None, seed=None, stop=None) -> dict:
-    """Validated sampling parameters with defaults (temperature 1, top_p 1, top_k 0 = off)."""
+def sampling_params(
+    *, temperature=None, top_p=None, top_k=None, seed=None, stop=None, ignore_eos=None
+) -> dict:
+    """Validated sampling parameters with defaults (temperature 1, top_p 1, top_k 0 = off).
+    `ignore_eos` (vLLM's extension, which `vllm bench serve` sends): generate max_tokens
+    whatever the model's end-of-sequence says; kept in the parameters only when true."""
     params: dict = {}
+    if ignore_eos is not None and not isinstance(ignore_eos, bool):
+        raise RequestError("'ignore_eos' must be a boolean.", param="ignore_eos")
+    if ignore_eos:
+        params["ignore_eos"] = True
     temperature = 1.0 if temperature is None else _number(temperature, "temperature")
     if not 0 <= temperature <= TEMPERATURE_MAX:
         raise RequestError(
