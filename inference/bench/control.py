@@ -70,9 +70,15 @@ def _set_policy(pipeline, policy: dict) -> None:
     time.sleep(0.3)
 
 
-def _run(base, key, phase, n, requests, max_tokens, rng) -> dict:
-    corpus, params = phase
-    prompts = [[rng.choice(corpus) for _ in range(requests)] for _ in range(n)]
+def _draw(phase, n, requests, rng) -> list[list[str]]:
+    """The prompts of one run: `requests` for each of n clients."""
+    return [[rng.choice(phase[0]) for _ in range(requests)] for _ in range(n)]
+
+
+def _run(base, key, phase, n, requests, max_tokens, rng, prompts=None) -> dict:
+    """One run of n clients; `prompts` (from `_draw`) to run the same ones as another run."""
+    prompts = prompts or _draw(phase, n, requests, rng)
+    params = phase[1]
     r = drive(base=base, key=key, prompts_per_client=prompts, max_tokens=max_tokens, params=params)
     return {"tokens_per_s": r["tokens_per_s"], "ids": r["ids"], "wall_s": r["wall_s"]}
 
@@ -314,15 +320,19 @@ def _measure(name, pipeline, nodes, base, key, how, stack, log):
             runs: dict[Any, list[float]] = {k: [] for k in [*ks, "adaptive"]}
             accept: list[float] = []
             for _ in range(reps):
+                # every configuration of a repetition runs the same prompts: their lengths
+                # (prefill) moved a run's tokens/s more than k did, and a fixed seed gave
+                # each k the same lucky or unlucky draw in every bench run
+                prompts = _draw(work, n, requests, rng)
                 for k in ks:
                     _set_policy(pipeline, {"mode": "fixed", "k": k})
-                    res = _run(base, key, work, n, requests, max_tokens, rng)
+                    res = _run(base, key, work, n, requests, max_tokens, rng, prompts)
                     runs[k].append(res["tokens_per_s"])
                     if k == max(ks) and not accept:
                         accept = per_position(res["ids"], stack, k)
                 _set_policy(pipeline, ADAPTIVE)
                 runs["adaptive"].append(
-                    _run(base, key, work, n, requests, max_tokens, rng)["tokens_per_s"]
+                    _run(base, key, work, n, requests, max_tokens, rng, prompts)["tokens_per_s"]
                 )
             mean = {k: sum(v) / len(v) for k, v in runs.items()}
             cells[(n, phase)] = {
