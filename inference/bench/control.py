@@ -43,7 +43,7 @@ from inference.training.draft_data import PROMPTS_FILE as DRAFT_PROMPTS
 from .control_planner import planner_errors, simulated_errors
 from .serving import _prompts, bench_key
 from .serving_clients import drive
-from .stack import NO_DATABASE, Stack, free_port, wait_for, wait_rows
+from .stack import NO_DATABASE, Stack, free_port, wait_for
 
 ADAPTIVE = {"mode": "adaptive", "k_min": 0, "k_max": 8, "k": 4}
 
@@ -83,22 +83,17 @@ def _run(base, key, phase, n, requests, max_tokens, rng, prompts=None) -> dict:
     return {"tokens_per_s": r["tokens_per_s"], "ids": r["ids"], "wall_s": r["wall_s"]}
 
 
-def per_position(ids: list[str], stack, k: int) -> list[float]:
-    """P(drafts 0..i accepted) per round asked for k tokens, over a run's generations at
-    fixed k, from the ledger's counters: a round emits its accepted tokens and one more, so
-    a generation ran (emitted - accepted) rounds, and a round whose drafter proposed nothing
-    (n-gram without a match) counts as a rejection, as the planner counts it."""
-    from inference.models import Generation
+def per_position(nodes) -> list[float]:
+    """P(drafts 0..i accepted) per token asked of the drafter, as its adaptive k measured it
+    over its last rounds (decayed counts; a round it proposed nothing in counts as a
+    rejection): the planner's and the worker's own input. The ledger's counters are vLLM's
+    per-draft-made figure (an n-gram drafter's gaps look accepted), and (emitted - accepted)
+    rounds also counts the rounds before the drafter joins a sequence."""
+    from inference.selectors import node_inspect
 
-    wait_rows(ids, stack)
-    acc = [0] * k
-    rounds = 0
-    for c in Generation.objects.filter(pk__in=ids).values_list("counters", flat=True):
-        c = c or {}
-        rounds += int(c.get("num_emitted_tokens") or 0) - int(c.get("num_accepted_tokens") or 0)
-        for i, v in enumerate((c.get("num_accepted_tokens_per_pos") or [])[:k]):
-            acc[i] += v
-    return [min(a / rounds, 1.0) for a in acc] if rounds > 0 else []
+    time.sleep(1.0)  # the drafter's inspection is republished within a second
+    snap = (node_inspect(nodes["draft"][0].pk) or {}).get("adaptive") or {}
+    return [float(p) for p in (snap.get("acceptance") or {}).get("per_position") or []]
 
 
 def settle_rounds(trace: list, switch_at: float, *, share: float = 0.9) -> int | None:
@@ -329,7 +324,7 @@ def _measure(name, pipeline, nodes, base, key, how, stack, log):
                     res = _run(base, key, work, n, requests, max_tokens, rng, prompts)
                     runs[k].append(res["tokens_per_s"])
                     if k == max(ks) and not accept:
-                        accept = per_position(res["ids"], stack, k)
+                        accept = per_position(nodes)
                 _set_policy(pipeline, ADAPTIVE)
                 runs["adaptive"].append(
                     _run(base, key, work, n, requests, max_tokens, rng, prompts)["tokens_per_s"]
