@@ -90,8 +90,12 @@ class AdaptiveK:
         best = max(goodput, key=lambda k: (goodput[k], -k))
         now = self.current.get(b)
         # hysteresis between k worth about the same, never for a k predicted below plain's
-        holds = now == 0 or (now in goodput and goodput[now] >= goodput[0])
-        if holds and now in goodput and goodput[best] <= goodput[now] * (1 + HYSTERESIS):
+        if (
+            now is not None
+            and now in goodput
+            and (now == 0 or goodput[now] >= goodput[0])
+            and goodput[best] <= goodput[now] * (1 + HYSTERESIS)
+        ):
             best = now
         self.current[b] = best
         return best

@@ -293,6 +293,8 @@ def per_position_asked(pos: list[tuple[float, float]], k_hist: dict[str, float])
     model needs this one: a drafter that proposes nothing without a match (n-gram) makes
     p_i above (vLLM's definition) look high while most rounds gain nothing. Empty without a
     drafter's rounds in the window (a verifier's own figures)."""
+    if not pos or not k_hist:  # every node's own window: one of the two is empty
+        return []
     asked = [0.0] * len(pos)
     for key, n in k_hist.items():
         b, _, k = key.partition(":")
