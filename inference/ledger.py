@@ -49,7 +49,14 @@ from fleet import redis_clients
 from fleet.nodes.models import NodeToken
 from fleet.nodes.signing import signing_key
 from fleet.redis_clients import REFRESH_LEADER_LOCK
-from inference import dead_letters, node_reports, report_checks, report_services, wire
+from inference import (
+    dead_letters,
+    node_reports,
+    otel_spans,
+    report_checks,
+    report_services,
+    wire,
+)
 from inference.models import Generation, GenerationState
 
 logger = logging.getLogger(__name__)
@@ -252,6 +259,7 @@ class Ledger:
                 self.r.delete(LEADER_KEY)
         except (redis_lib.RedisError, OSError):
             pass
+        otel_spans.flush()
 
 
 def _claim(node_id: int, report: dict, replies) -> None:
@@ -283,7 +291,7 @@ def _finish(node_id: int, report: dict, replies) -> None:
     if params is None:  # not this node's running attempt (ended, moved, or a replay)
         return
     report_checks.check_finish(report, params=params if isinstance(params, dict) else {})
-    report_services.generation_finish(
+    finished = report_services.generation_finish(
         node_id=node_id,
         generation_id=str(report["gen"]),
         attempt=int(report["attempt"]),
@@ -292,8 +300,12 @@ def _finish(node_id: int, report: dict, replies) -> None:
         output_text=str(report.get("output_text", "")),
         counters=dict(report.get("counters") or {}),
         itl_ms=dict(report.get("itl_ms") or {}),
+        rounds=dict(report.get("rounds") or {}),
         error=str(report.get("error", "")),
     )
+    if finished and otel_spans.enabled():
+        gid = str(report["gen"])
+        transaction.on_commit(lambda: otel_spans.export(gid))
 
 
 _APPLY = {"claim": _claim, "first_token": _first_token, "finish": _finish}

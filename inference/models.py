@@ -82,6 +82,11 @@ class Generation(models.Model):
     # vLLM-named counters: num_drafts, num_draft_tokens, num_accepted_tokens,
     # num_accepted_tokens_per_pos
     counters = models.JSONField(default=dict, blank=True)
+    # The request's timeline (inference.timeline): the last attempt's verify rounds as its
+    # verifier logged them (inference.worker.round_log), and the control plane's re-routes
+    # and degrades of earlier attempts ({"at", "kind", "attempt", "drafter", "verifier", ...}).
+    rounds = models.JSONField(default=dict, blank=True)
+    route_events = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["-created_at"]

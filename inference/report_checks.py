@@ -24,6 +24,8 @@ MAX_INT = 2**53  # every database and JSON reader holds it exactly
 MAX_ITEMS = 1_000_000  # tokens in one finish, ids in one claim
 MAX_DEPTH = 3  # counters nest a list or a map of numbers, no deeper
 MAX_K = 64  # draft tokens per draft round: above any pipeline's k
+MAX_ROUNDS = 4096  # rounds one finish logs for the timeline (the rest are counted)
+ROUND_FIELDS = ("at_ms", "k", "accepted", "batch", "verify_ms")
 
 
 def _uuid(value: Any, what: str) -> str:
@@ -101,6 +103,32 @@ def check_shape(report: dict) -> None:
             if not isinstance(value, dict):
                 raise BadReport(f"{key} must be an object")
             _figures(value, key)
+        _check_rounds(report.get("rounds"))
+
+
+def _check_rounds(log: Any) -> None:
+    """A finish's round log (`inference.worker.round_log`), optional: an older worker
+    sends none."""
+    if log is None:
+        return
+    if not isinstance(log, dict):
+        raise BadReport("rounds must be an object")
+    _number(log.get("t0"), "rounds.t0")
+    if log.get("prefill_ms") is not None:
+        _number(log["prefill_ms"], "rounds.prefill_ms")
+    _int(log.get("dropped", 0), "rounds.dropped")
+    if log.get("fields", list(ROUND_FIELDS)) != list(ROUND_FIELDS):
+        raise BadReport(f"rounds.fields must be {list(ROUND_FIELDS)}")
+    rows = log.get("rounds")
+    if not isinstance(rows, list) or len(rows) > MAX_ROUNDS:
+        raise BadReport(f"rounds.rounds must be a list of at most {MAX_ROUNDS}")
+    for i, row in enumerate(rows):
+        if not isinstance(row, list) or len(row) != len(ROUND_FIELDS):
+            raise BadReport(f"rounds.rounds[{i}] must be [{', '.join(ROUND_FIELDS)}]")
+        for name, value in zip(ROUND_FIELDS, row, strict=True):
+            _number(value, f"rounds.rounds[{i}].{name}")
+        if row[2] > row[1] or row[1] > MAX_K:
+            raise BadReport(f"rounds.rounds[{i}]: accepted {row[2]} of k {row[1]}")
 
 
 def check_finish(report: dict, *, params: dict) -> None:
@@ -123,6 +151,9 @@ def check_finish(report: dict, *, params: dict) -> None:
     if n > raw:
         raise BadReport(f"{n} output tokens for a request of max_tokens {raw}")
     # one token at least per round (a draft round emits its accepted tokens + one)
+    rounds = (report.get("rounds") or {}).get("rounds") or []
+    if len(rounds) > raw + 1:
+        raise BadReport(f"{len(rounds)} rounds logged for a request of max_tokens {raw}")
     for key in ("num_drafts", "num_accepted_tokens", "num_emitted_tokens"):
         if count(key) > raw + 1:
             raise BadReport(f"counters.{key} {counters[key]} exceeds max_tokens {raw}")

@@ -56,6 +56,7 @@ def generation_finish(
     output_text: str,
     counters: dict,
     itl_ms: dict,
+    rounds: dict | None = None,
     error: str = "",
 ) -> bool:
     """running -> finished (or failed with `error`) by the verifier that ran this attempt."""
@@ -74,6 +75,7 @@ def generation_finish(
             output_text=db_text(output_text),
             counters=counters,
             itl_ms=itl_ms,
+            rounds=rounds or {},
             finished_at=timezone.now(),
         )
     )

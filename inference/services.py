@@ -206,6 +206,25 @@ def push_pipeline_config(pipeline: Pipeline, *, node_ids: list[int] | None = Non
 UNHEALTHY = (NodeState.LOST, NodeState.RETIRED)
 
 
+MAX_ROUTE_EVENTS = 16  # a generation is re-routed at most MAX_ATTEMPTS times
+
+
+def _route_event(generation: Generation, kind: str, *, reason: str) -> None:
+    """Note on the row what happened to the attempt it is leaving (its timeline)."""
+    events = list(generation.route_events or [])[-MAX_ROUTE_EVENTS + 1 :]
+    events.append(
+        {
+            "at": timezone.now().isoformat(),
+            "kind": kind,
+            "attempt": generation.attempts,
+            "drafter": generation.drafter_id,
+            "verifier": generation.verifier_id,
+            "reason": reason[:200],
+        }
+    )
+    generation.route_events = events
+
+
 @transaction.atomic
 def generation_reroute(
     *, generation: Generation, reason: str, attempt: int | None = None
@@ -246,9 +265,10 @@ def generation_reroute(
         generation.check_transition(GenerationState.QUEUED)
         generation.state = GenerationState.QUEUED
     old_attempt, old_verifier = generation.attempts, generation.verifier_id
+    _route_event(generation, "rerouted", reason=reason)
     generation.drafter, generation.verifier = pair.drafter, pair.verifier
     generation.attempts += 1
-    generation.save(update_fields=["state", "drafter", "verifier", "attempts"])
+    generation.save(update_fields=["state", "drafter", "verifier", "attempts", "route_events"])
     payload = start_payload(generation)
     gid, verifier_id = generation.pk, pair.verifier.pk
 
@@ -276,8 +296,9 @@ def generation_degrade(*, generation: Generation, attempt: int | None = None) ->
     lost, verifier_id = generation.drafter_id, generation.verifier_id
     if generation.is_terminal or moved or lost is None or verifier_id is None:
         return False
+    _route_event(generation, "degraded", reason="its drafter was lost: plain decoding")
     generation.drafter = None
-    generation.save(update_fields=["drafter"])
+    generation.save(update_fields=["drafter", "route_events"])
     transaction.on_commit(lambda: wire.send(verifier_id, "drafter_lost", {"drafter": lost}))
     return True
 

@@ -1,7 +1,7 @@
 from django.urls import path
 from django.views.generic import RedirectView
 
-from fleet.console import alert_views, live_views, views
+from fleet.console import alert_views, generation_views, live_views, views
 from fleet.telemetry.metrics import metrics_view
 
 app_name = "console"
@@ -12,6 +12,7 @@ urlpatterns = [
     path("fleet/", live_views.fleet_page, name="fleet"),
     path("pipelines/<int:pk>/", live_views.pipeline_page, name="pipeline"),
     path("nodes/<int:pk>/", live_views.node_page, name="node"),
+    path("generations/<uuid:pk>/", generation_views.generation_page, name="generation"),
     # the page lived here before it absorbed the registry entry: old links keep working
     path("nodes/<int:pk>/live", RedirectView.as_view(pattern_name="console:node", permanent=True)),
     path("wall/", live_views.wall_page, name="wall"),

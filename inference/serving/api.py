@@ -207,6 +207,7 @@ class GenerationSerializer(serializers.ModelSerializer):
             "self": url,
             "stream": reverse("api-generation-stream", args=[obj.id], request=request),
             "cancel": url,
+            "timeline": reverse("api-generation-timeline", args=[obj.id], request=request),
         }
 
     def get_content_visible(self, obj) -> bool:
@@ -269,6 +270,7 @@ def submitted_body(generation: Generation, request) -> dict:
             "self": url,
             "stream": reverse("api-generation-stream", args=[g.id], request=request),
             "cancel": url,
+            "timeline": reverse("api-generation-timeline", args=[g.id], request=request),
         },
         "content_visible": visible,
     }

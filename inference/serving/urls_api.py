@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from inference.serving import api, api_stream
+from inference.serving import api, api_stream, api_timeline
 from inference.serving.node_session import NodeSessionView
 
 urlpatterns = [
@@ -12,6 +12,11 @@ urlpatterns = [
         "generations/<uuid:generation_id>",
         api.GenerationDetail.as_view(),
         name="api-generation-detail",
+    ),
+    path(
+        "generations/<uuid:generation_id>/timeline",
+        api_timeline.GenerationTimeline.as_view(),
+        name="api-generation-timeline",
     ),
     path(
         "generations/<uuid:generation_id>/stream",

@@ -236,7 +236,7 @@ class VerifyLoop(VerifyStarts):
         self.costs.observe(len(items), 1 + max(len(t) for _, t, _ in items), t1 - t0)
         self.rounds += 1
         by_drafter = defaultdict(list)
-        events = self._emit(results, by_drafter=by_drafter)
+        events = self._emit(results, by_drafter=by_drafter, verify_s=t1 - t0)
         t2 = time.perf_counter()
         for drafter, rs in by_drafter.items():  # the drafter first: it is waiting
             payload = {
@@ -260,14 +260,21 @@ class VerifyLoop(VerifyStarts):
         phase("verify_send", t3 - t2)
         phase("verify_publish", time.perf_counter() - t3)
 
-    def _emit(self, results, *, by_drafter=None, drafter_starts=None, items=None) -> list:
-        """Stream each result's tokens; finish sequences; collect drafter messages."""
+    def _emit(
+        self, results, *, by_drafter=None, drafter_starts=None, items=None, verify_s=None
+    ) -> list:
+        """Stream each result's tokens; finish sequences; collect drafter messages.
+        `verify_s`: the verify round's forward time (None for a prefill's first tokens)."""
         now = time.monotonic()
         events, itl = [], []
         for i, r in enumerate(results):
             seq = self.seqs.get(r.seq_id)
             if seq is None:
                 continue
+            if verify_s is not None:
+                seq.log.round(
+                    k=r.n_drafted, accepted=r.n_accepted, batch=len(results), verify_s=verify_s
+                )
             # the prompt's logprobs ride on the attempt's first event (a resumed attempt
             # scored prompt + earlier tokens: only the prompt's are the prompt's)
             plp = None if r.prompt_logprobs is None else r.prompt_logprobs[: seq.prompt_len]
@@ -327,6 +334,7 @@ class VerifyLoop(VerifyStarts):
             output_text=seq.detok.text,
             counters=counters.to_dict() if counters is not None else {},
             itl_ms=itl_summary(seq.itl_ms),
+            rounds=seq.log.to_json(),
         )
         return counters
 
@@ -343,6 +351,7 @@ class VerifyLoop(VerifyStarts):
             output_text=seq.detok.text,
             counters={},
             itl_ms={},
+            rounds=seq.log.to_json(),
             error=error,
         )
         if seq.drafter is not None:

@@ -28,6 +28,7 @@ from inference import wire
 from inference.worker.detok import Detokenizer
 from inference.worker.engine_cache import sampling_params
 from inference.worker.engine_loop import FINAL, BaseLoop
+from inference.worker.round_log import RoundLog
 
 logger = logging.getLogger("inference.worker.verify")
 
@@ -53,6 +54,7 @@ class VSeq:
     tokens: list[int] = field(default_factory=list)  # all emitted tokens (earlier attempts too)
     last_emit: float = 0.0
     itl_ms: list[float] = field(default_factory=list)
+    log: RoundLog = field(default_factory=RoundLog)  # its rounds, for the timeline
 
 
 class VerifyStarts(BaseLoop):
@@ -70,7 +72,9 @@ class VerifyStarts(BaseLoop):
     def drop(self, gid: str, attempt: float = FINAL) -> None:
         raise NotImplementedError
 
-    def _emit(self, results, *, by_drafter=None, drafter_starts=None, items=None) -> list:
+    def _emit(
+        self, results, *, by_drafter=None, drafter_starts=None, items=None, verify_s=None
+    ) -> list:
         raise NotImplementedError
 
     def _fail(self, seq: VSeq, error: str) -> None:
@@ -177,8 +181,9 @@ class VerifyStarts(BaseLoop):
         try:
             t0 = time.perf_counter()
             results = self.engine.add_many(items)
-            self.stats.record_prefill(len(items), time.perf_counter() - t0)
-            self.stats.add_phase("start_prefill", time.perf_counter() - t0)
+            prefill_s = time.perf_counter() - t0
+            self.stats.record_prefill(len(items), prefill_s)
+            self.stats.add_phase("start_prefill", prefill_s)
         except Exception as exc:  # prompt too long, cache full, bad ids: fail these, clearly
             logger.exception("verifier %s: prefill failed", self.node_id)
             for seq, _ in infos:
@@ -186,6 +191,7 @@ class VerifyStarts(BaseLoop):
                 self._fail(seq, f"prefill failed on verifier: {exc}")
             return
         for seq, p in infos:
+            seq.log.prefilled(prefill_s)
             self.seqs[seq.gen] = seq
             self.held[seq.gen] = Held(seq.attempt, p.get("created"))
         drafter_starts: defaultdict[int, list[dict]] = defaultdict(list)

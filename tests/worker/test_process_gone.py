@@ -11,6 +11,7 @@ from fleet.nodes.models import Node
 from inference import services, wire
 from inference.models import Generation
 from inference.selectors import stream_of, stream_owner
+from inference.timeline import timeline
 from tests.worker.test_units import _pipeline, _submit
 
 
@@ -48,6 +49,10 @@ def test_a_dead_verifier_is_lost_at_once_and_its_generations_move(
         assert (g.state, g.verifier_id, g.attempts) == ("queued", v1.pk, 2)
         last = stream_of(g.pk)[-1][1]
         assert last["type"] == "requeued" and "killed" in last["reason"]
+        (moved,) = g.route_events  # its timeline: which attempt left which pair, and why
+        assert (moved["kind"], moved["attempt"], moved["verifier"]) == ("rerouted", 1, v0.pk)
+        assert "killed" in moved["reason"]
+        assert [e["kind"] for e in timeline(g)["events"]] == ["queued", "rerouted"]
     assert sorted(n for n, k, _ in sent if k == "start") == [v1.pk] * len(on_v0)
     untouched = Generation.objects.exclude(pk__in=[g.pk for g in on_v0])
     assert set(untouched.values_list("state", flat=True)) == {"running"}
@@ -76,6 +81,8 @@ def test_a_dead_drafter_degrades_its_generations_to_plain_decoding_on_their_veri
         g.refresh_from_db()
         assert (g.state, g.drafter_id, g.verifier_id, g.attempts) == (state, None, verifier.pk, 1)
         assert g.error == "" and g.finished_at is None
+        (lost,) = g.route_events
+        assert (lost["kind"], lost["attempt"], lost["drafter"]) == ("degraded", 1, drafter.pk)
         types = {e["type"] for _, e in stream_of(g.pk)}
         assert not types & {"error", "done", "requeued"}, types
     assert [(n, k, m) for n, k, m in sent] == [
