@@ -1,5 +1,6 @@
-"""The alert list: the conditions of compose/prometheus/alerts.yml as Tandem evaluates them
-(`fleet.telemetry.alerts`), firing first, then the recently resolved ones. Any role reads it."""
+"""The alert list: the 11 rules of compose/prometheus/alerts.yml as Tandem evaluates them
+(`fleet.telemetry.alerts`), firing first, then the pending and the recently resolved ones, then
+every rule and how Tandem reads it. Any role reads it."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ def alerts_page(request):
     require(request, "view")
     alert_state.sync()  # the page is as fresh as its load, beat or no beat
     context = alert_state.listing()
-    rows = context["firing"] + context["resolved"]
+    rows = context["firing"] + context["pending"] + context["resolved"]
     # links only to what still exists (a row outlives a deleted pipeline or retired node)
     pipelines = dict(
         Pipeline.objects.filter(pk__in={r.pipeline_id for r in rows if r.pipeline_id}).values_list(

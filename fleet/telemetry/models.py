@@ -3,7 +3,7 @@ Raw samples are never stored (the Redis stream is capped)."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.db import models
 
@@ -75,3 +75,28 @@ class AlertState(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key} since {self.first_seen:%H:%M:%S}"
+
+
+class AlertPending(models.Model):
+    """A condition true since `since` whose rule's `for:` only waiting can show (the rule's
+    `hold_s`, e.g. Redis unreachable for 2 min): it fires, as an AlertState row, once it has
+    held `hold_s`; the row goes when the condition stops, fired or not."""
+
+    key = models.CharField(max_length=120, unique=True)
+    name = models.CharField(max_length=40)
+    severity = models.CharField(max_length=10)
+    summary = models.CharField(max_length=300)
+    pipeline_id = models.PositiveIntegerField(null=True, blank=True)
+    node_id = models.PositiveIntegerField(null=True, blank=True)
+    since = models.DateTimeField()
+    hold_s = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["since"]
+
+    def __str__(self) -> str:
+        return f"{self.key} pending since {self.since:%H:%M:%S}"
+
+    @property
+    def fires_at(self) -> datetime:
+        return self.since + timedelta(seconds=self.hold_s)
