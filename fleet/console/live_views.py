@@ -53,7 +53,11 @@ def fleet_page(request):
         "sim": request.GET.get("sim", ""),
         "q": request.GET.get("q", "")[:60],
     }
-    context = selectors.fleet_context({k: v for k, v in filters.items() if v})
+    context = selectors.fleet_context(
+        {k: v for k, v in filters.items() if v},
+        sort=request.GET.get("sort", "name"),
+        desc=request.GET.get("dir") == "desc",
+    )
     context["filters"] = filters
     context["states"] = NodeState.values
     return render(request, "console/fleet.html", context)

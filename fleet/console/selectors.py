@@ -10,25 +10,49 @@ from django.utils import timezone
 from fleet.audit.diff import describe_change
 from fleet.nodes.models import Node
 from fleet.pipelines.models import Pipeline
-from fleet.telemetry import snapshot
+from fleet.telemetry import feed, fig_order, snapshot
 
 FLEET_FIRST_ROWS = 50  # rows the fleet page renders on the server; its script loads the rest
+# The fleet table's columns: (sort key, header, class). Every one sorts (static/js/fleet_sort.js);
+# the live figures' keys are fig_order.SORT_FIGS.
+FLEET_COLUMNS = (
+    ("name", "Node", ""),
+    ("state", "State", ""),
+    ("role", "Role", ""),
+    ("pipeline", "Pipeline", ""),
+    ("power", "Power", "num"),
+    ("util", "Utilization", ""),
+    ("batch", "Batch", "num"),
+    ("tps", "Tokens/s", "num"),
+    ("acc", "Accept.", "num"),
+    ("seen", "Last sample", "num"),
+)
 
 
-def fleet_context(filters: dict | None = None) -> dict:
+def fleet_context(filters: dict | None = None, *, sort: str = "name", desc: bool = False) -> dict:
     """The fleet page's first render: the headline figures, the node counts and the first
-    FLEET_FIRST_ROWS rows (by name) that pass `filters`, never the whole fleet (10,000 rows
-    took ~3 s to render): the page's script gets every row from the websocket's snapshot."""
+    FLEET_FIRST_ROWS rows that pass `filters`, never the whole fleet (10,000 rows took ~3 s to
+    render): the page's script gets every row from the websocket's snapshot. The rows are in
+    the order the script will show: by name, or by a live figure (`fig_order`); a sort by
+    state, role or pipeline is the script's alone (the first rows are by name until then)."""
     filters = filters or {}
     nodes_qs = Node.objects.not_retired()
     total = nodes_qs.count()
     matching = _filtered(nodes_qs, filters)
     shown = matching.count() if filters else total
-    nodes = list(
-        matching.select_related("profile", "placement", "placement__pipeline").order_by(
-            "name", "id"
-        )[:FLEET_FIRST_ROWS]
-    )
+    related = matching.select_related("profile", "placement", "placement__pipeline")
+    by_figure = sort in fig_order.SORT_FIGS
+    if not by_figure and sort != "name":
+        sort, desc = "name", False
+    values = feed.read_column(sort) if by_figure else {}
+    if values:
+        candidates = matching.values_list("id", "name", "placement__role")
+        ids = fig_order.first(candidates, values, sort, descending=desc, n=FLEET_FIRST_ROWS)
+        by_id = related.in_bulk(ids)
+        nodes = [by_id[i] for i in ids if i in by_id]
+    else:  # by name (no node has the live figure yet: they tie, and ties go by name)
+        by = ("-name", "-id") if desc and sort == "name" else ("name", "id")
+        nodes = list(related.order_by(*by)[:FLEET_FIRST_ROWS])
     fields = ["fleet", *(f"n:{n.pk}" for n in nodes)]
     fleet, *live = snapshot.read_fields(*fields)
     rows = []
@@ -45,6 +69,8 @@ def fleet_context(filters: dict | None = None) -> dict:
         )
     return {
         "rows": rows,
+        "sort": {"key": sort, "aria": "descending" if desc else "ascending"},
+        "columns": FLEET_COLUMNS,
         "node_count": total,
         "shown_count": shown,
         "fleet": fleet,

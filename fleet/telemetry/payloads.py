@@ -177,6 +177,16 @@ class FleetFigures(TypedDict):
     figs: dict[str, list]
 
 
+class FleetSort(TypedDict):
+    """Live figure `key` of every node that has it (fleet.telemetry.fig_order): what a page
+    sorted by that figure orders its rows by. `ids[i]` has `vals[i]`; `seen` is an age (s)."""
+
+    type: Literal["fleet.sort"]
+    key: str
+    ids: list[int]
+    vals: list[float]
+
+
 class PipelineUpdate(TypedDict):
     type: Literal["pipeline.update"]
     ts: float
@@ -231,6 +241,7 @@ Message = (
     | FleetDelta
     | FleetSnapshot
     | FleetFigures
+    | FleetSort
     | PipelineUpdate
     | NodeUpdate
     | ConfigChange

@@ -6,7 +6,8 @@
    (plus a margin) exist in the DOM, whatever the fleet's size; filtering runs over the rows
    in memory. After each render the page tells the server which rows it shows
    ({"action": "view"}); a delta that does not follow the last one (a gap, a new publisher)
-   makes it ask for a new snapshot ({"action": "snapshot"}). */
+   makes it ask for a new snapshot ({"action": "snapshot"}). Sorted by a live figure, the page
+   also gets that figure of every node every 5 s (static/js/fleet_sort.js). */
 (function () {
   "use strict";
   var T = window.Tandem;
@@ -71,69 +72,30 @@
       sim: data.get("sim"),
     };
   }
-  /* Sorted by a column of what every row has (name, state, role, pipeline), then by name:
-     the live figures are sent only for the rows in view, so they cannot order the rest. */
-  var SORTS = ["name", "state", "role", "pipeline"];
-  var asked = new URLSearchParams(location.search);
-  var sort = { key: SORTS.indexOf(asked.get("sort")) >= 0 ? asked.get("sort") : "name", dir: asked.get("dir") === "desc" ? -1 : 1 };
+  /* The order: static/js/fleet_sort.js (its headers, the URL, the live figures' columns). */
+  var sorter = window.TandemFleetSort(table, {
+    pipelineName: function (id) { return pipelineNames[id] || "#" + id; },
+    send: function (message) { return send(message); },
+    syncUrl: function () { syncUrl(); },
+    onChange: function () {
+      refilter();
+      wrap.scrollTop = 0;
+      render();
+    },
+    onReorder: function () {
+      refilter();
+      render();
+    },
+  });
   /* The view in the URL (filters and sort), so it can be shared or reloaded as it is. */
   function syncUrl() {
     var params = new URLSearchParams();
     new FormData(form).forEach(function (v, k) {
       if (v) params.set(k, v);
     });
-    if (sort.key !== "name" || sort.dir < 0) {
-      params.set("sort", sort.key);
-      params.set("dir", sort.dir > 0 ? "asc" : "desc");
-    }
+    sorter.toParams(params);
     history.replaceState(null, "", location.pathname + (params.toString() ? "?" + params : ""));
   }
-  function sortValue(r, key) {
-    if (key === "pipeline") return r.pipeline ? pipelineNames[r.pipeline] || "#" + r.pipeline : "\uffff";
-    if (key === "role") return r.role || "\uffff";
-    return r[key] || "";
-  }
-  function compare(a, b) {
-    if (sort.key !== "name") {
-      var x = sortValue(a, sort.key), y = sortValue(b, sort.key);
-      if (x !== y) return (x < y ? -1 : 1) * sort.dir;
-    }
-    var byName = a.name < b.name ? -1 : a.name > b.name ? 1 : a.id - b.id;
-    return sort.key === "name" ? byName * sort.dir : byName;
-  }
-  function marks() {
-    table.querySelectorAll("th[data-sort]").forEach(function (th) {
-      var mine = th.dataset.sort === sort.key;
-      if (mine) th.setAttribute("aria-sort", sort.dir > 0 ? "ascending" : "descending");
-      else th.removeAttribute("aria-sort");
-      T.setText(th, ".sort-mark", mine ? (sort.dir > 0 ? " ▲" : " ▼") : "");
-    });
-  }
-  table.querySelectorAll("th[data-sort]").forEach(function (th) {
-    th.style.cursor = "pointer";
-    th.title = "Sort by " + th.textContent.toLowerCase();
-    var mark = document.createElement("span");
-    mark.className = "sort-mark";
-    th.appendChild(mark);
-    function sortBy() {
-      var key = th.dataset.sort;
-      sort = { key: key, dir: sort.key === key ? -sort.dir : 1 };
-      marks();
-      syncUrl();
-      refilter();
-      wrap.scrollTop = 0;
-      render();
-    }
-    th.addEventListener("click", sortBy);
-    // and from the keyboard: the header is focusable (tabindex), Enter or Space sorts
-    th.addEventListener("keydown", function (e) {
-      if (e.key === "Enter" || e.key === " ") {
-        e.preventDefault();
-        sortBy();
-      }
-    });
-  });
-  marks();
   function refilter() {
     if (!rows) return;
     var f = filters();
@@ -147,7 +109,7 @@
       if (f.sim && (f.sim === "sim") !== !!r.sim) continue;
       out.push(r);
     }
-    out.sort(compare);
+    out.sort(sorter.compare);
     order = out;
     T.setText(document, "#shown", String(order.length));
     T.setText(document, "#total", String(Object.keys(rows).length));
@@ -419,8 +381,9 @@
     syncUrl();
   });
 
-  socket = new T.LiveSocket("/ws/live/", { subscribe: [{ topic: "fleet" }], onMessage: function (m) {
+  socket = new T.LiveSocket("/ws/live/", { subscribe: [sorter.subscription], onMessage: function (m) {
     if (m.type === "fleet.snapshot") onSnapshot(m);
+    else if (m.type === "fleet.sort") sorter.column(m);
     else if (m.type === "fleet.update") onDelta(m);
     else if (m.type === "fleet.figs") {
       applyFigs(m.figs);
@@ -432,5 +395,6 @@
     shown: function () { return order.length; },
     seq: function () { return feed.seq; },
     epoch: function () { return feed.epoch; },
+    ids: function (from, to) { return order.slice(from, to).map(function (r) { return r.id; }); },
   };
 })();
