@@ -7,10 +7,22 @@ from django.core.exceptions import PermissionDenied
 from django.shortcuts import get_object_or_404, render
 
 from fleet.accounts.principal import require
+from fleet.nodes.models import Node
 from inference.models import Generation
 from inference.timeline import may_see, timeline
 
 STRIP_W, STRIP_H = 960, 120  # the rounds strip (SVG user units)
+LABELS = {
+    "queued": "Queued",
+    "rerouted": "Re-routed",
+    "degraded": "Drafter lost",
+    "claimed": "Claimed",
+    "prefill": "Prefill",
+    "first_token": "First token",
+    "finished": "Finished",
+    "failed": "Failed",
+    "cancelled": "Cancelled",
+}
 ROWS_SHOWN = 500
 
 
@@ -49,6 +61,13 @@ def generation_page(request, pk):
     if not may_see(request.user, generation):
         raise PermissionDenied("Only operators or who may read this generation see its path.")
     t = timeline(generation)
+    ids = {e.get(r) for e in t["events"] for r in ("drafter", "verifier")} - {None}
+    names = dict(Node.objects.filter(pk__in=ids).values_list("pk", "name"))
+    for e in t["events"]:
+        e["label"] = LABELS.get(e["kind"], e["kind"])
+        for role in ("drafter", "verifier"):
+            if e.get(role) is not None:
+                e[f"{role}_name"] = names.get(e[role], f"node {e[role]} (gone)")
     end = t["summary"]["total_ms"] or max(
         [e["at_ms"] or 0 for e in t["events"]] + [r["at_ms"] for r in t["rounds"]] + [1.0]
     )

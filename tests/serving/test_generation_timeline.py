@@ -118,8 +118,9 @@ def test_the_console_page_shows_the_path_and_rounds(finished, operator):
     response = _page_client(operator).get(f"/generations/{finished.pk}/")
     assert response.status_code == 200
     html = response.content.decode()
-    for kind in ("Queued", "Rerouted", "Claimed", "Prefill", "First_token", "Finished"):
-        assert f"<td>{kind}</td>" in html
+    for label in ("Queued", "Re-routed", "Claimed", "Prefill", "First token", "Finished"):
+        assert f"<td>{label}</td>" in html
+    assert "node 999 (gone)" in html and "tl-v" in html  # the pairs by name
     assert html.count('class="round-k"') == 3
     assert "node 999 lost" in html
     assert "secret" not in html
