@@ -82,6 +82,7 @@ def pipeline_page(request, pk: int):
         context.update(actions_context(pipeline))
         context["revisions"] = pipeline_selectors.revisions(pipeline=pipeline)[:50]
         context["events"] = pipeline_selectors.audit_events(pipeline=pipeline)[:50]
+        context["generations"] = selectors.recent_generations(pipeline)
     return render(request, "console/pipeline.html", context)
 
 

@@ -146,3 +146,13 @@ def test_a_running_generation_has_a_timeline_so_far(finished, operator):
     assert body["rounds"] == [] and body["summary"]["total_ms"] is None
     html = _page_client(operator).get(f"/generations/{finished.pk}/").content.decode()
     assert "the verifier sends its rounds with the finish" in html
+
+
+def test_a_pipeline_page_lists_its_recent_generations_for_operators(finished, operator, viewer):
+    html = _page_client(operator).get(f"/pipelines/{finished.pipeline_id}/").content.decode()
+    assert 'id="recent-generations"' in html
+    assert f'href="/generations/{finished.pk}/"' in html
+    assert "38%" in html  # 3 of 8 drafted tokens accepted
+    assert "secret" not in html
+    html = _page_client(viewer).get(f"/pipelines/{finished.pipeline_id}/").content.decode()
+    assert 'id="recent-generations"' not in html  # their timelines are not all theirs to see
