@@ -44,11 +44,22 @@ class StepCosts:
 
     REFIT_EVERY = 64  # observations between refits of the fallback fit (it is least squares)
 
+    RATIO_EMA = 0.1  # weight of a live round in the live / swept ratio
+
     def __init__(self, ema: float = 0.2, cells: dict | None = None):
         self.ema = ema
         self.cells: dict[tuple[int, int], list[float]] = dict(cells or {})  # -> [seconds, n]
         self._fitted: Curve | None = None
         self._since_fit = 0
+        # The start-up sweep times steps on a quiet worker; live rounds run beside the rest
+        # of the node (the other loop, messages, detokenizing) and take longer. A cell only
+        # the sweep measured is read at the live level -- its sweep value times the ratio
+        # live rounds show over the cells measured both ways -- or the k in use, measured
+        # live, would always look dearer than the ones beside it, and adaptive k would
+        # flap between them (and drift towards the k it does not run).
+        self.swept: dict[tuple[int, int], float] = {}  # cell -> its sweep value
+        self.live: set[tuple[int, int]] = set()  # cells live rounds measured since the sweep
+        self.live_ratio = 1.0
 
     # -- measuring -----------------------------------------------------------------------------
     def observe(self, batch: int, tokens: int, seconds: float) -> None:
@@ -63,6 +74,24 @@ class StepCosts:
         else:
             cell[0] += self.ema * (seconds - cell[0])
             cell[1] += 1.0
+        if self.swept:  # a live round (the sweep is over)
+            self.live.add(key)
+            base = self.swept.get(key)
+            if base:
+                self.live_ratio += self.RATIO_EMA * (seconds / base - self.live_ratio)
+
+    def end_sweep(self) -> None:
+        """What was observed so far was the start-up sweep's: later rounds are live."""
+        self.swept = {key: c[0] for key, c in self.cells.items()}
+        self.live.clear()
+        self.live_ratio = 1.0
+
+    def _value(self, key: tuple[int, int]) -> float:
+        """A cell's seconds as a live round would take them."""
+        seconds = self.cells[key][0]
+        if not self.swept or key in self.live:
+            return seconds
+        return seconds * self.live_ratio
 
     def __len__(self) -> int:
         return len(self.cells)
@@ -74,8 +103,8 @@ class StepCosts:
 
     # -- estimating ----------------------------------------------------------------------------
     def measured(self, batch: float, tokens: int) -> float | None:
-        cell = self.cells.get((bucket(batch), int(tokens)))
-        return cell[0] if cell else None
+        key = (bucket(batch), int(tokens))
+        return self._value(key) if key in self.cells else None
 
     def estimate(self, batch: float, tokens: int) -> float | None:
         """Seconds of a step over `batch` sequences of `tokens` tokens each (None: nothing
@@ -87,8 +116,8 @@ class StepCosts:
             return None
         b, t = bucket(batch), int(tokens)
         if (b, t) in self.cells:
-            return self.cells[(b, t)][0]
-        same = sorted((bb, c[0]) for (bb, tt), c in self.cells.items() if tt == t)
+            return self._value((b, t))
+        same = sorted((bb, self._value((bb, tt))) for (bb, tt) in self.cells if tt == t)
         if same:
             lo = [p for p in same if p[0] < b]
             hi = [p for p in same if p[0] > b]
@@ -101,7 +130,7 @@ class StepCosts:
             b0, s0 = lo[-1]
             return s0 + max(fit(t * b, b) - fit(t * b0, b0), 0.0)
         fit = self._fit()
-        here = [(tt, c[0]) for (bb, tt), c in self.cells.items() if bb == b]
+        here = [(tt, self._value((bb, tt))) for (bb, tt) in self.cells if bb == b]
         if here:
             tt, secs = min(here, key=lambda p: abs(p[0] - t))
             base = fit(tt * b, b)
@@ -113,13 +142,16 @@ class StepCosts:
         """The fallback fit over all cells, cached (refit after a new cell or REFIT_EVERY
         observations: the drafter asks for it every round)."""
         if self._fitted is None or self._since_fit >= self.REFIT_EVERY:
-            points = [(b * t, b, c[0], c[1]) for (b, t), c in self.cells.items()]
+            points = [(b * t, b, self._value((b, t)), c[1]) for (b, t), c in self.cells.items()]
             self._fitted, self._since_fit = fit_linear2(points), 0
         return self._fitted
 
     # -- the wire ------------------------------------------------------------------------------
     def to_json(self) -> list[list[float]]:
-        return [[b, t, round(c[0], 7), int(c[1])] for (b, t), c in sorted(self.cells.items())]
+        return [
+            [b, t, round(self._value((b, t)), 7), int(c[1])]
+            for (b, t), c in sorted(self.cells.items())
+        ]
 
     @classmethod
     def from_json(cls, rows, ema: float = 0.2) -> StepCosts:

@@ -60,6 +60,7 @@ def sweep_verify(engine, *, max_batch: int = 32, budget: float | None = None) ->
                     items = [(g, [0] * (width - 1), None) for g in ids]
                     costs.observe(b, width, _timed(lambda items=items: engine.verify(items)))
                     if time.perf_counter() - start > budget:
+                        costs.end_sweep()
                         return costs
             finally:
                 for g in ids:
@@ -68,6 +69,7 @@ def sweep_verify(engine, *, max_batch: int = 32, budget: float | None = None) ->
         logger.exception("verify cost sweep failed; costs come from live rounds")
     finally:
         engine.counters = saved
+    costs.end_sweep()
     return costs
 
 
@@ -89,10 +91,12 @@ def sweep_draft(engine, *, max_batch: int = 32, budget: float | None = None) -> 
 
                     costs.observe(b, k, _timed(run))
                     if time.perf_counter() - start > budget:
+                        costs.end_sweep()
                         return costs
             finally:
                 for g in ids:
                     drafter.free(g)
     except Exception:
         logger.exception("draft cost sweep failed; costs come from live rounds")
+    costs.end_sweep()
     return costs
