@@ -29,8 +29,7 @@ class AdaptiveK:
         self.acceptance = Acceptance(prior=prior_alpha)
         self.draft_costs = StepCosts()
         self.verify_costs = StepCosts()
-        self.hop_s: float | None = None  # the last rounds' hop, whatever their batch
-        self.hops: dict[int, float] = {}  # verify batch bucket -> hop (EMA): it grows with batch
+        self.hop_s: float | None = None
         self.verify_batch: float | None = None
         self.current: dict[int, int] = {}  # batch bucket -> k in use
         self.sweep_s: float | None = None  # the start-up sweep's duration
@@ -43,31 +42,12 @@ class AdaptiveK:
             return
         hop = max(seconds - verify_s, 0.0)
         self.hop_s = hop if self.hop_s is None else 0.8 * self.hop_s + 0.2 * hop
-        b = bucket(max(verify_batch, 1))
-        self.hops[b] = hop if b not in self.hops else 0.8 * self.hops[b] + 0.2 * hop
         vb = float(max(verify_batch, 1))
         self.verify_batch = vb if self.verify_batch is None else 0.8 * self.verify_batch + 0.2 * vb
 
     def merge_verify_costs(self, rows) -> None:
         """The verifier's table, as it sent it (its cells replace ours)."""
         self.verify_costs.merge(StepCosts.from_json(rows))
-
-    def hop_at(self, batch: float) -> float:
-        """The hop of a round of `batch` sequences: its bucket's, else linear between the
-        nearest measured buckets (the nearest one beyond their range), else the last rounds'.
-        A round's hop (emitting, detokenizing, messages, gathering) grows with its batch: the
-        last rounds of a run, with few sequences left, do not price a full batch."""
-        if not self.hops:
-            return self.hop_s or 0.0
-        b = bucket(batch)
-        if b in self.hops:
-            return self.hops[b]
-        below = [x for x in self.hops if x < b]
-        above = [x for x in self.hops if x > b]
-        if not below or not above:
-            return self.hops[max(below) if below else min(above)]
-        lo, hi = max(below), min(above)
-        return self.hops[lo] + (self.hops[hi] - self.hops[lo]) * (b - lo) / (hi - lo)
 
     # -- the decision --------------------------------------------------------------------------
     def ready(self) -> bool:
@@ -84,7 +64,7 @@ class AdaptiveK:
             per_position=tuple(self.acceptance.per_position(max(k_top, 1))),
             verify_costs=self.verify_costs,
             draft_costs=self.draft_costs,
-            hop_s=self.hop_at(vb),
+            hop_s=self.hop_s or 0.0,
             n_verifiers=1,
             n_drafters=vb / batch,  # drafter batch = verify batch * V / D = batch
         )
@@ -127,7 +107,6 @@ class AdaptiveK:
             "draft_costs": self.draft_costs.to_json(),
             "verify_costs": self.verify_costs.to_json(),
             "hop_ms": None if self.hop_s is None else round(self.hop_s * 1000, 3),
-            "hop_ms_by_bucket": {str(b): round(h * 1000, 3) for b, h in sorted(self.hops.items())},
             "k_by_bucket": {str(b): k for b, k in sorted(self.current.items())},
             "sweep_s": self.sweep_s,
         }

@@ -38,7 +38,6 @@ def planner_errors(nodes, cells, pipeline, log, requests_tokens: int) -> dict:
     a.draft_costs = StepCosts.from_json(snap.get("draft_costs"))
     a.verify_costs = StepCosts.from_json(verify.get("step_costs"))
     a.hop_s = (snap.get("hop_ms") or 0.0) / 1000
-    a.hops = {int(b): ms / 1000 for b, ms in (snap.get("hop_ms_by_bucket") or {}).items()}
     cpu = Hardware.from_profile(nodes["verify"][0].profile)
     sim = PipelineModel(
         verifier=cpu,

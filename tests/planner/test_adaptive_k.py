@@ -174,27 +174,6 @@ def test_hysteresis_never_keeps_a_k_that_loses_to_plain():
     assert a.choose(ADAPTIVE, 8) == 0
 
 
-def test_a_full_batch_is_priced_with_its_own_hop_not_the_last_rounds():
-    """A round's hop (emitting, messages, gathering) grows with its batch. At the end of a run
-    the last requests run at batch 1-2: the hop they measure must not price a round of 8
-    (bench_control: the planner over-predicted 8 streams by 31-40 % with one hop for all)."""
-    a = memory_bound()
-    for _ in range(30):
-        a.observe_round_trip(0.010 + 0.008, 0.010, 8)  # a full batch: 8 ms of hop
-    for _ in range(30):
-        a.observe_round_trip(0.010 + 0.002, 0.010, 1)  # the run's tail: 2 ms
-    m, vb = a.model(8)
-    assert m.hop_s == pytest.approx(0.008, rel=0.01)
-    assert a.hop_at(1) == pytest.approx(0.002, rel=0.01)
-    assert a.hop_at(4) == pytest.approx(0.002 + 0.006 * 3 / 7, rel=0.01)  # between 1 and 8
-    assert a.hop_at(32) == pytest.approx(0.008, rel=0.01)  # beyond: the nearest measured
-    snap = a.snapshot()
-    assert snap["hop_ms_by_bucket"] == {
-        "1": pytest.approx(2.0, rel=0.01),
-        "8": pytest.approx(8.0, rel=0.01),
-    }
-
-
 def test_a_k_measured_live_is_priced_like_the_ones_only_the_sweep_measured():
     """The sweep times steps on a quiet worker; live rounds take longer (the other loop,
     messages). Cells only the sweep measured are read at the live level, so the k in use does
