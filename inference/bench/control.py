@@ -334,6 +334,11 @@ def _measure(name, pipeline, nodes, base, key, how, stack, log):
                 "fixed": {k: mean[k] for k in ks},
                 "adaptive": mean["adaptive"],
                 "per_position": accept,
+                # the planner's cost inputs as this cell's runs left them (the round trip's
+                # hop, the step costs): a snapshot at the end of the bench holds the last
+                # runs' conditions, another stream count's
+                "drafter": (node_inspect(nodes["draft"][0].pk) or {}).get("adaptive") or {},
+                "verify_costs": (node_inspect(nodes["verify"][0].pk) or {}).get("step_costs"),
             }
             log(
                 f"{name} N={n} {phase:5s} fixed k: "

@@ -29,7 +29,7 @@ def planner_errors(nodes, cells, pipeline, log, requests_tokens: int) -> dict:
     from fleet.planner import measurements
     from fleet.planner.adaptive import AdaptiveK
     from fleet.planner.costs import StepCosts
-    from fleet.planner.model import Hardware, PipelineModel
+    from fleet.planner.model import Hardware, PipelineModel, round_of
     from inference.selectors import node_inspect
 
     draft, verify = ((node_inspect(nodes[r][0].pk) or {}) for r in ("draft", "verify"))
@@ -51,6 +51,11 @@ def planner_errors(nodes, cells, pipeline, log, requests_tokens: int) -> dict:
     tokens = requests_tokens  # tokens a request asks for (each client runs them in turn)
     for (n, phase), c in cells.items():
         per_pos = tuple(c["per_position"])
+        if c.get("drafter"):  # the cell's own cost inputs (bench_control's _measure)
+            here = c["drafter"]
+            a.draft_costs = StepCosts.from_json(here.get("draft_costs"))
+            a.verify_costs = StepCosts.from_json(c.get("verify_costs") or here.get("verify_costs"))
+            a.hop_s = (here.get("hop_ms") or 0.0) / 1000
         m, _vb = a.model(n)
         m = m.with_(per_position=per_pos, alpha=None if per_pos else 0.5, n_drafters=1)
         roof = sim.with_(per_position=per_pos, alpha=None if per_pos else 0.5)
@@ -60,7 +65,17 @@ def planner_errors(nodes, cells, pipeline, log, requests_tokens: int) -> dict:
         errors.append(err)
         rp = _client_rates(roof, c["fixed"], n, tokens)
         sim_cpu.append(max(abs(rp[k] - v) / v * 100 for k, v in c["fixed"].items()))
+        rounds = {k: round_of(m, k=k, batch=n) for k in c["fixed"]}
         out[f"planner_real_n{n}_{phase}"] = {
+            "model_round_ms": {  # the model's inputs: what each predicted round is made of
+                str(k): {
+                    "verify": round(r.t_verify * 1000, 2),
+                    "draft": round(r.draft_time * 1000, 2),
+                    "hop": round(m.hop_s * 1000, 2),
+                    "expected_tokens": round(r.expected_tokens, 3),
+                }
+                for k, r in rounds.items()
+            },
             "recommended_k": best,
             "measured_best_k": max(c["fixed"], key=lambda k: c["fixed"][k]),
             "predicted_tokens_per_s": {str(k): round(v, 1) for k, v in pred.items()},
