@@ -115,6 +115,19 @@ class Generation(models.Model):
             return None
         return (self.first_token_at - self.created_at).total_seconds() * 1000
 
+    @property
+    def total_ms(self) -> float | None:
+        if self.finished_at is None:
+            return None
+        return (self.finished_at - self.created_at).total_seconds() * 1000
+
+    @property
+    def acceptance(self) -> float | None:
+        """Accepted draft tokens over drafted ones (its counters; None without drafts)."""
+        c = self.counters or {}
+        drafted = c.get("num_draft_tokens") or 0
+        return (c.get("num_accepted_tokens") or 0) / drafted if drafted else None
+
 
 # Learning from traffic (its own module; imported here so Django finds its models).
 from inference.learning.models import (  # noqa: E402, F401

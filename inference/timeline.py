@@ -106,7 +106,7 @@ def summary_of(g: Generation, rounds: list[dict[str, Any]]) -> dict[str, Any]:
         "attempts": g.attempts,
         "queue_ms": g.queue_ms,
         "ttft_ms": g.ttft_ms,
-        "total_ms": _ms_after(g.created_at, g.finished_at),
+        "total_ms": g.total_ms,
         "output_tokens": len(g.output_tokens or []),
         "rounds": len(rounds),
         "rounds_not_logged": int((g.rounds or {}).get("dropped") or 0),

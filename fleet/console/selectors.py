@@ -107,23 +107,15 @@ def generations_of(node: Node):
 
 
 def recent_generations(pipeline: Pipeline, n: int = 20) -> list:
-    """A pipeline's latest generations with their total time and acceptance (for the page's
-    links to their timelines). No text is read."""
+    """A pipeline's latest generations (for the page's links to their timelines): no text,
+    no round log read."""
     from inference.models import Generation
 
-    rows = list(
+    return list(
         Generation.objects.filter(pipeline=pipeline)
         .defer("prompt", "output_text", "prompt_tokens", "rounds")
         .order_by("-created_at")[:n]
     )
-    for g in rows:
-        g.total_ms = (
-            None if g.finished_at is None else (g.finished_at - g.created_at).total_seconds() * 1000
-        )
-        c = g.counters or {}
-        drafted = c.get("num_draft_tokens") or 0
-        g.acceptance = (c.get("num_accepted_tokens") or 0) / drafted if drafted else None
-    return rows
 
 
 # --- chart history: time ranges, request/error rates, change markers ------------------------
