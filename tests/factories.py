@@ -8,6 +8,7 @@ telemetry tests (tests/telemetry/factories.py).
 
 from __future__ import annotations
 
+import importlib
 import itertools
 
 from django.contrib.auth import get_user_model
@@ -32,12 +33,21 @@ def user(username: str, role: str | None = None):
     return made
 
 
+def catalogue_profile(slug: str) -> HardwareProfile:
+    """A profile of the seeded catalogue. The catalogue is seeded by a migration, which a
+    transactional test's flush empties: put the row back from the migration's own data."""
+    found = HardwareProfile.objects.filter(slug=slug).first()
+    if found is not None:
+        return found
+    seed = importlib.import_module("fleet.nodes.migrations.0002_seed_hardware_profiles")
+    row = next(dict(p) for p in seed.PROFILES if p["slug"] == slug)
+    return HardwareProfile.objects.create(**row)
+
+
 def make_node(*, profile: str = "h100-sxm", roles=("verify",), **kwargs):
     """Registers a node through the service; returns (node, plain token)."""
     kwargs.setdefault("name", f"node-{next(_names)}")
-    return node_register(
-        profile=HardwareProfile.objects.get(slug=profile), roles=list(roles), **kwargs
-    )
+    return node_register(profile=catalogue_profile(profile), roles=list(roles), **kwargs)
 
 
 def online_node(*, profile: str = "h100-sxm", roles=("verify", "draft"), **kwargs) -> Node:
