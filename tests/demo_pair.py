@@ -1,10 +1,11 @@
 """The full demo pair, trained once per test run and shared by the tests that need it.
 
 Training it takes minutes of both cores, so it is trained at most once per key into a cache
-directory: `$TANDEM_TEST_CACHE` when set (a developer may keep it across runs), else pytest's
-cache directory in the checkout (`.pytest_cache`: CI's two passes share it, a fresh clone
-trains once). The key is a hash of what decides the result: the training and engine code,
-the torch and Python versions (the corpus is this Python's standard library). One process
+directory: `$TANDEM_TEST_CACHE` when set (`.ci/run` sets one outside the clone, so CI reuses a
+pair the same code trained before; a developer may keep one across runs), else pytest's
+cache directory in the checkout (`.pytest_cache`: a fresh clone trains once). The key is a
+hash of what decides the result: the training and engine code and data files, the torch and
+Python versions (the corpus is this Python's standard library). One process
 trains under a file lock; the others (pytest-xdist workers) wait for it and reuse the pair.
 """
 
@@ -26,7 +27,9 @@ def key() -> str:
 
     digest = hashlib.sha256(f"{torch.__version__} {platform.python_version()}".encode())
     for folder in _CODE:
-        for path in sorted((REPO / folder).rglob("*.py")):
+        for path in sorted((REPO / folder).rglob("*")):
+            if not path.is_file() or "__pycache__" in path.parts:
+                continue
             digest.update(str(path.relative_to(REPO)).encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()[:16]

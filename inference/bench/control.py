@@ -96,6 +96,15 @@ def per_position(nodes) -> list[float]:
     return [float(p) for p in (snap.get("acceptance") or {}).get("per_position") or []]
 
 
+def _round_batches(nodes, since: float) -> list[int]:
+    """The drafter's round batch sizes since `since` (its trace of the last 256 rounds)."""
+    from inference.selectors import node_inspect
+
+    time.sleep(1.0)  # the drafter's inspection is republished within a second
+    trace = (node_inspect(nodes["draft"][0].pk) or {}).get("k_trace") or []
+    return [int(b) for t, b, _k in trace if t >= since]
+
+
 def settle_rounds(trace: list, switch_at: float, *, share: float = 0.9) -> int | None:
     """Rounds after `switch_at` until k settles, for the batch sizes that carry the traffic.
 
@@ -260,6 +269,7 @@ def bench(*, models: Path, plan: str, log=print, pipelines=("demo", "smollm2")) 
                     "adaptive_k_final": c.get("adaptive_k_final"),
                     "adaptive_vs_best_fixed": round(c["adaptive"] / best, 3),
                     "adaptive_vs_plain": round(c["adaptive"] / c["fixed"][0], 3),
+                    "drafter_batch_mean": {str(k): v for k, v in c["drafter_batch_mean"].items()},
                 }
             figures = planner_errors(nodes, cells, pipeline, log, how["max_tokens"])
             errors.append(figures.pop("planner_real_error_max_pct"))
@@ -313,6 +323,7 @@ def _measure(name, pipeline, nodes, base, key, how, stack, log):
     for n in how["streams"]:
         for phase, work in phases.items():
             runs: dict[Any, list[float]] = {k: [] for k in [*ks, "adaptive"]}
+            batches: dict[Any, list[int]] = {k: [] for k in ks}  # the drafter's round batches
             accept: list[float] = []
             for _ in range(reps):
                 # every configuration of a repetition runs the same prompts: their lengths
@@ -321,8 +332,10 @@ def _measure(name, pipeline, nodes, base, key, how, stack, log):
                 prompts = _draw(work, n, requests, rng)
                 for k in ks:
                     _set_policy(pipeline, {"mode": "fixed", "k": k})
+                    began = time.time()
                     res = _run(base, key, work, n, requests, max_tokens, rng, prompts)
                     runs[k].append(res["tokens_per_s"])
+                    batches[k] += _round_batches(nodes, began)
                     if k == max(ks) and not accept:
                         accept = per_position(nodes)
                 _set_policy(pipeline, ADAPTIVE)
@@ -332,6 +345,11 @@ def _measure(name, pipeline, nodes, base, key, how, stack, log):
             mean = {k: sum(v) / len(v) for k, v in runs.items()}
             cells[(n, phase)] = {
                 "fixed": {k: mean[k] for k in ks},
+                # sequences per drafter round: below n when the streams run as several groups
+                # (each group pays the draft steps' fixed costs; the model prices one of n)
+                "drafter_batch_mean": {
+                    k: round(sum(b) / len(b), 2) if b else None for k, b in batches.items()
+                },
                 "adaptive": mean["adaptive"],
                 "per_position": accept,
                 # the planner's cost inputs as this cell's runs left them (the round trip's
@@ -343,7 +361,8 @@ def _measure(name, pipeline, nodes, base, key, how, stack, log):
             log(
                 f"{name} N={n} {phase:5s} fixed k: "
                 + " ".join(f"{k}:{mean[k]:.0f}" for k in ks)
-                + f" | adaptive {mean['adaptive']:.0f} tok/s"
+                + f" | adaptive {mean['adaptive']:.0f} tok/s | drafter batch "
+                + " ".join(f"{k}:{v}" for k, v in cells[(n, phase)]["drafter_batch_mean"].items())
             )
         _set_policy(pipeline, ADAPTIVE)
         _run(base, key, phases[first], n, requests, max_tokens, rng)
