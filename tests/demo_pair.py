@@ -19,7 +19,13 @@ import shutil
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-_CODE = ("inference/training", "inference/engine", "inference/management/commands")
+# What trains the pair: its code and data, the engine it runs on, and the command (not the
+# other management commands: a bench's change must not retrain it)
+_CODE = (
+    "inference/training",
+    "inference/engine",
+    "inference/management/commands/train_demo_pair.py",
+)
 
 
 def key() -> str:
@@ -27,7 +33,8 @@ def key() -> str:
 
     digest = hashlib.sha256(f"{torch.__version__} {platform.python_version()}".encode())
     for folder in _CODE:
-        for path in sorted((REPO / folder).rglob("*")):
+        where = REPO / folder
+        for path in sorted(where.rglob("*")) if where.is_dir() else [where]:
             if not path.is_file() or "__pycache__" in path.parts:
                 continue
             digest.update(str(path.relative_to(REPO)).encode())

@@ -52,3 +52,17 @@ def test_settling_is_judged_per_batch_bucket():
     # k moves from 8 to 2 at round 12; 90 % of the rounds from round 7 on are at 2
     assert settle_rounds(moving, 10.0) == 7
     assert settle_rounds(moving, 100.0) is None  # nothing after the switch
+
+
+def test_the_held_out_best_fixed_k_is_picked_on_one_repetition_and_read_on_the_other():
+    """Every k equally good, measured with noise: the max of the means is the luckiest k; the
+    held-out figure reads the pick on the other repetition, so adaptive k is not judged
+    against luck."""
+    from inference.bench.control import held_out_best
+
+    runs = {0: [100.0, 100.0], 2: [120.0, 90.0], 4: [90.0, 118.0], 8: [100.0, 100.0]}
+    ks = [0, 2, 4, 8]
+    assert max(sum(v) / 2 for v in runs.values()) == 105.0  # the winner's curse
+    # rep 0 reads the pick of rep 1 (k 4: 90), rep 1 reads the pick of rep 0 (k 2: 90)
+    assert held_out_best(runs, ks) == 90.0
+    assert held_out_best({k: v[:1] for k, v in runs.items()}, ks) is None
