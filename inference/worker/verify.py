@@ -123,6 +123,38 @@ class VerifyLoop(VerifyStarts):
             self.engine.free(gid)
             self._inspect_dirty = True
 
+    # Drafts this late were lost, not slow: a message can vanish with a Redis restart (its
+    # last second of writes is not on disk) or a failed send. Without a bound the sequence
+    # would wait forever and, since its drafter looks busy, hold back the draft_starts of
+    # every later sequence of that drafter (tests/foundation/test_up_redis_restart.py caught
+    # a request stranded so). Generous: a false alarm only decodes one sequence plainly.
+    OVERDUE_MIN_S = 5.0
+    OVERDUE_TURNAROUNDS = 50
+
+    def _give_up_overdue(self) -> None:
+        """Sequences whose drafts are overdue go on by plain decoding (lossless, as for a
+        lost drafter); their drafter is told to drop them."""
+        if not self.sent_at:
+            return
+        limit = max(self.OVERDUE_MIN_S, self.OVERDUE_TURNAROUNDS * (self.turnaround or 0.0))
+        now = time.monotonic()
+        late = [g for g, at in self.sent_at.items() if now - at > limit and g in self.seqs]
+        for gid in late:
+            seq = self.seqs[gid]
+            drafter, seq.drafter = seq.drafter, None
+            self.sent_at.pop(gid, None)
+            if drafter is not None:
+                self.send(drafter, "cancel", {"gen": gid, "attempt": seq.attempt})
+        if late:
+            self.stats.record_degraded(len(late))
+            self._inspect_dirty = True
+            logger.warning(
+                "verifier %s: drafts for %d sequence(s) overdue by %.1f s; decoding them plainly",
+                self.node_id,
+                len(late),
+                limit,
+            )
+
     def drafter_lost(self, drafter: int) -> None:
         """The control plane saw this drafter die: its sequences here go on by plain
         decoding (k=0) from where they are -- same attempt, no re-prefill -- and are counted.
@@ -172,6 +204,7 @@ class VerifyLoop(VerifyStarts):
             t1 = time.perf_counter()
             phase("start", t1 - t0)
             t0 = t1
+        self._give_up_overdue()
         ready = self._ready()
         if ready and self._gather_for(max_batch, wait_s) == 0.0:
             self._verify(ready[:max_batch])

@@ -311,3 +311,56 @@ def test_adaptive_k_through_the_real_loops_is_exact_and_measured(transactional_d
     assert verifier.inspect()["step_costs"] and verifier.sweep_s is not None
     trace = drafter.inspect()["k_trace"]
     assert trace and all(0 <= k <= 6 for _t, _b, k in trace)
+
+
+def test_drafts_lost_in_transit_degrade_one_sequence_and_strand_no_other(
+    transactional_db, tmp_path, wired, monkeypatch
+):
+    """A drafts message lost on the way (as with a Redis restart, whose last second of writes
+    is not on disk): the verifier stops waiting once the drafts are overdue, decodes that
+    sequence plainly and tells the drafter to drop it; a sequence started meanwhile, whose
+    draft_start waited to ride on that drafter's next results, is drafted too. Both outputs
+    stay exact. Before, both waited until their deadline
+    (tests/foundation/test_up_redis_restart.py stranded a request so, 1 run in 3)."""
+    monkeypatch.setattr(VerifyLoop, "OVERDUE_MIN_S", 0.5, raising=False)
+    monkeypatch.setattr(VerifyLoop, "OVERDUE_TURNAROUNDS", 1, raising=False)
+    target, draft = write_pair(tmp_path)
+    pipeline, nodes = make_pipeline("lost", target, draft, kind="ngram", max_batch_wait_ms=5)
+    run_loops(pipeline, nodes, wired, "ngram")
+    drafter_id = next(n.pk for n, r, _ in nodes if r == "draft")
+    verifier = next(wired[n.pk] for n, r, _ in nodes if r == "verify")
+    lose = threading.Event()
+    lost: list[dict] = []
+    deliver = wire.send_from
+
+    def send_from(sender, node, kind, p):
+        if sender == drafter_id and kind == "drafts" and lose.is_set() and not lost:
+            lost.append(p)  # gone with the old Redis
+            return
+        deliver(sender, node, kind, p)
+
+    wire.send_from = send_from  # the wired fixture's monkeypatch restores the original
+    ps = prompts(2, seed=17)
+    params = {"temperature": 0, "max_tokens": 40, "ignore_eos": True}
+
+    def submit(p):
+        return services.generation_submit(
+            pipeline=pipeline, prompt="", prompt_tokens=p, params=params, user=None
+        )
+
+    first = submit(ps[0])
+    deadline = time.monotonic() + 20
+    while str(first.pk) not in verifier.sent_at:  # its drafts are being made
+        assert time.monotonic() < deadline
+        time.sleep(0.002)
+    lose.set()
+    while not lost:
+        assert time.monotonic() < deadline
+        time.sleep(0.002)
+    second = submit(ps[1])
+    streamed = wait_done([first.pk, second.pk], timeout=30)
+    tm, tok = load_checkpoint(target)
+    gen = SpeculativeGenerator(VerifyEngine(tm, tok, n_slots=2), DraftEngine.ngram(), k=4)
+    want = gen.generate(ps, SamplingParams(temperature=0, max_tokens=40, ignore_eos=True))
+    assert [tokens_of(streamed[str(g.pk)]) for g in (first, second)] == [o.token_ids for o in want]
+    assert verifier.stats.degraded >= 1
