@@ -370,8 +370,9 @@ def _measure(name, pipeline, nodes, base, key, how, stack, log):
             cells[(n, phase)] = {
                 "fixed": {k: mean[k] for k in ks},
                 "best_fixed_held_out": held_out_best(runs, ks),
-                # sequences per drafter round: below n when the streams run as several groups
-                # (each group pays the draft steps' fixed costs; the model prices one of n)
+                # sequences per drafter round: below n where requests end and start (the
+                # model prices every round at n; the dips weigh more the fewer rounds a request
+                # needs, i.e. the larger k)
                 "drafter_batch_mean": {
                     k: round(sum(b) / len(b), 2) if b else None for k, b in batches.items()
                 },

@@ -141,8 +141,8 @@ class VerifyLoop(VerifyStarts):
         late = [g for g, at in self.sent_at.items() if now - at > limit and g in self.seqs]
         for gid in late:
             seq = self.seqs[gid]
-            drafter, seq.drafter = seq.drafter, None
-            self.sent_at.pop(gid, None)
+            drafter = seq.drafter
+            self._go_plain(gid, seq)
             if drafter is not None:
                 self.send(drafter, "cancel", {"gen": gid, "attempt": seq.attempt})
         if late:
@@ -165,17 +165,22 @@ class VerifyLoop(VerifyStarts):
                 p["drafter"], n = None, n + 1
         for gid, seq in self.seqs.items():
             if seq.drafter == drafter:
-                seq.drafter, n = None, n + 1
-                self.pending.pop(gid, None)
-                self.sent_at.pop(gid, None)
-                if gid in self.held and self.held[gid].draft_start is not None:
-                    self.held[gid].draft_start = None
+                self._go_plain(gid, seq)
+                n += 1
         self.deferred.pop(drafter, None)
         self.costs_sent.pop(drafter, None)
         if n:
             self.stats.record_degraded(n)
             self._inspect_dirty = True
             logger.warning("verifier %s: drafter %s lost; %d plain", self.node_id, drafter, n)
+
+    def _go_plain(self, gid: str, seq: VSeq) -> None:
+        """From now on this sequence decodes plainly: nothing of it waits on a drafter."""
+        seq.drafter = None
+        self.pending.pop(gid, None)
+        self.sent_at.pop(gid, None)
+        if gid in self.held and self.held[gid].draft_start is not None:
+            self.held[gid].draft_start = None
 
     # -- the loop ---------------------------------------------------------------------------------
     def step(self) -> None:
