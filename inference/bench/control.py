@@ -40,6 +40,7 @@ from typing import Any
 
 from inference.training.draft_data import PROMPTS_FILE as DRAFT_PROMPTS
 
+from .control_figures import held_out_best, per_position, round_batches, settle_rounds
 from .control_planner import planner_errors, simulated_errors
 from .serving import _prompts, bench_key
 from .serving_clients import drive
@@ -81,79 +82,6 @@ def _run(base, key, phase, n, requests, max_tokens, rng, prompts=None) -> dict:
     params = phase[1]
     r = drive(base=base, key=key, prompts_per_client=prompts, max_tokens=max_tokens, params=params)
     return {"tokens_per_s": r["tokens_per_s"], "ids": r["ids"], "wall_s": r["wall_s"]}
-
-
-def per_position(nodes) -> list[float]:
-    """P(drafts 0..i accepted) per token asked of the drafter, as its adaptive k measured it
-    over its last rounds (decayed counts; a round it proposed nothing in counts as a
-    rejection): the planner's and the worker's own input. The ledger's counters are vLLM's
-    per-draft-made figure (an n-gram drafter's gaps look accepted), and (emitted - accepted)
-    rounds also counts the rounds before the drafter joins a sequence."""
-    from inference.selectors import node_inspect
-
-    time.sleep(1.0)  # the drafter's inspection is republished within a second
-    snap = (node_inspect(nodes["draft"][0].pk) or {}).get("adaptive") or {}
-    return [float(p) for p in (snap.get("acceptance") or {}).get("per_position") or []]
-
-
-def held_out_best(runs: dict, ks: list[int]) -> float | None:
-    """The best fixed k's goodput without the winner's curse: the k is picked on one
-    repetition and its goodput read on the other (each way round, averaged). The max of five
-    noisy means is biased upward -- identical runs here differ by 12-13 % -- so adaptive k
-    divided by it reads low even when it picks the right k. None with fewer than two reps."""
-    reps = min(len(runs[k]) for k in ks)
-    if reps < 2:
-        return None
-    picks = []
-    for r in range(reps):
-        others = {k: sum(v for i, v in enumerate(runs[k]) if i != r) for k in ks}
-        best = max(ks, key=lambda k: others[k])
-        picks.append(runs[best][r])
-    return sum(picks) / len(picks)
-
-
-def _round_batches(nodes, since: float) -> list[int]:
-    """The drafter's round batch sizes since `since` (its trace of the last 256 rounds)."""
-    from inference.selectors import node_inspect
-
-    time.sleep(1.0)  # the drafter's inspection is republished within a second
-    trace = (node_inspect(nodes["draft"][0].pk) or {}).get("k_trace") or []
-    return [int(b) for t, b, _k in trace if t >= since]
-
-
-def settle_rounds(trace: list, switch_at: float, *, share: float = 0.9) -> int | None:
-    """Rounds after `switch_at` until k settles, for the batch sizes that carry the traffic.
-
-    Adaptive k is chosen per batch bucket (a round of 2 sequences may rightly draft another k
-    than one of 8, and a run's batch shrinks as its requests finish), so each bucket holding at
-    least a quarter of the rounds after the switch is judged on its own rounds: the first round
-    from which at least `share` of its rounds to the end stay within 1 of where its k ends up
-    (the mode of its last half; a k between two of nearly equal worth wanders a little without
-    being unsettled). The worst of those buckets, in that bucket's rounds."""
-    from fleet.planner.costs import bucket
-
-    after = [(bucket(b), k) for t, b, k in trace if t >= switch_at]
-    if len(after) < 4:
-        return None
-    by_bucket: dict[int, list[int]] = {}
-    for b, k in after:
-        by_bucket.setdefault(b, []).append(k)
-    worst = None
-    for ks in by_bucket.values():
-        if len(ks) < max(4, len(after) / 4):
-            continue
-        tail = ks[len(ks) // 2 :]
-        final = max(set(tail), key=tail.count)
-        settled = next(
-            (
-                i
-                for i in range(len(ks))
-                if sum(abs(k - final) <= 1 for k in ks[i:]) >= share * len(ks[i:])
-            ),
-            len(ks),
-        )
-        worst = settled if worst is None else max(worst, settled)
-    return worst
 
 
 def _phases(name: str) -> dict[str, tuple[list[str], dict]]:
@@ -359,7 +287,7 @@ def _measure(name, pipeline, nodes, base, key, how, stack, log):
                     began = time.time()
                     res = _run(base, key, work, n, requests, max_tokens, rng, prompts)
                     runs[k].append(res["tokens_per_s"])
-                    batches[k] += _round_batches(nodes, began)
+                    batches[k] += round_batches(nodes, began)
                     if k == max(ks) and not accept:
                         accept = per_position(nodes)
                 _set_policy(pipeline, ADAPTIVE)

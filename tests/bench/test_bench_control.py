@@ -44,7 +44,7 @@ def test_bench_control_smoke_on_the_tiny_pair(tmp_path, capfd):
 def test_settling_is_judged_per_batch_bucket():
     """A run's batch shrinks as its requests finish, and adaptive k is chosen per batch
     bucket: rounds of 2 sequences drafting another k than rounds of 8 is not unsettled."""
-    from inference.bench.control import settle_rounds
+    from inference.bench.control_figures import settle_rounds
 
     mixed = [(10.0 + i, 8 if i % 3 else 2, 8 if i % 3 else 3) for i in range(60)]
     assert settle_rounds(mixed, 10.0) == 0
@@ -58,7 +58,7 @@ def test_the_held_out_best_fixed_k_is_picked_on_one_repetition_and_read_on_the_o
     """Every k equally good, measured with noise: the max of the means is the luckiest k; the
     held-out figure reads the pick on the other repetition, so adaptive k is not judged
     against luck."""
-    from inference.bench.control import held_out_best
+    from inference.bench.control_figures import held_out_best
 
     runs = {0: [100.0, 100.0], 2: [120.0, 90.0], 4: [90.0, 118.0], 8: [100.0, 100.0]}
     ks = [0, 2, 4, 8]
