@@ -3,11 +3,12 @@
 The drafter feeds this controller three measurements: the acceptance of its drafts by
 position (from the verifiers' results), its own draft steps' cost by (batch, k), and the
 verifier's forward cost by (batch, tokens per sequence) together with the rest of the round
-trip (messages, gathering, sampling: `hop`). For the batch at hand it predicts the goodput
-of every k in [k_min, k_max] and of k = 0 (plain decoding) with the planner's own model
-(`fleet.planner.model.predict`) and drafts the best one, so it never runs a k predicted to
-lose to plain decoding. A small hysteresis keeps it from flapping between two k of equal
-worth.
+(messages, gathering, emitting, bookkeeping: what a round's period holds besides its two
+forward passes, by batch and k; before any period is measured, the round trip's `hop`). For
+the batch at hand it predicts the goodput of every k in [k_min, k_max] and of k = 0 (plain
+decoding) with the planner's own model (`fleet.planner.model.predict`) and drafts the best
+one, so it never runs a k predicted to lose to plain decoding. A small hysteresis keeps it
+from flapping between two k of equal worth.
 
 While k = 0 no draft is verified, so nothing would tell it when drafts become worth it
 again: the drafter then drafts one token "in the shadow" for a few sequences after sending
@@ -30,6 +31,8 @@ class AdaptiveK:
         self.draft_costs = StepCosts()
         self.verify_costs = StepCosts()
         self.hop_s: float | None = None
+        # the rest of a round by (verify batch, k): its period less the two forward passes
+        self.rest_costs = StepCosts()
         self.verify_batch: float | None = None
         self.current: dict[int, int] = {}  # batch bucket -> k in use
         self.sweep_s: float | None = None  # the start-up sweep's duration
@@ -44,6 +47,27 @@ class AdaptiveK:
         self.hop_s = hop if self.hop_s is None else 0.8 * self.hop_s + 0.2 * hop
         vb = float(max(verify_batch, 1))
         self.verify_batch = vb if self.verify_batch is None else 0.8 * self.verify_batch + 0.2 * vb
+
+    # A gap this much longer than the forward passes in it was idle time (no traffic, a
+    # sequence waiting to join), not a round
+    IDLE_FACTOR = 3.0
+
+    def observe_round_period(
+        self, period_s: float, propose_s: float, verify_s: float, verify_batch: int, k: int
+    ) -> None:
+        """This round's drafts left `period_s` after the previous round's; between them the
+        verifier scored that round's k drafts of `verify_batch` sequences (`verify_s`) and this
+        drafter proposed (`propose_s`); `verify_s` includes the prefills of new sequences that
+        held the round back (a request's cost, which the round would not pay again). The rest
+        is what the round spends outside its forward passes. Measured from the period, not
+        the round trip: the round trip misses the drafter's own side, and read at k = 0 it
+        priced plain decoding 5 ms a round too dear (bench_control: 18.4 ms modeled, 13.2 ms
+        measured at 8 streams)."""
+        rest = period_s - propose_s - verify_s
+        forward = propose_s + verify_s
+        if rest < 0 or period_s > max(self.IDLE_FACTOR * forward, forward + 0.05):
+            return
+        self.rest_costs.observe(max(verify_batch, 1), k, rest)
 
     def merge_verify_costs(self, rows) -> None:
         """The verifier's table, as it sent it (its cells replace ours)."""
@@ -62,9 +86,12 @@ class AdaptiveK:
         m = PipelineModel(
             alpha=self.acceptance.alpha(),
             per_position=tuple(self.acceptance.per_position(max(k_top, 1))),
-            verify_costs=self.verify_costs,
-            draft_costs=self.draft_costs,
+            # each bucket's speculative cells on a line in tokens: one noisy cell cannot
+            # reorder the k's (plain decoding's -- 1 token verified, k 0 -- as measured)
+            verify_costs=self.verify_costs.smoothed(first=2),
+            draft_costs=self.draft_costs.smoothed(),
             hop_s=self.hop_s or 0.0,
+            rest_costs=self.rest_costs.smoothed(first=1) if len(self.rest_costs) else None,
             n_verifiers=1,
             n_drafters=vb / batch,  # drafter batch = verify batch * V / D = batch
         )
@@ -107,6 +134,7 @@ class AdaptiveK:
             "draft_costs": self.draft_costs.to_json(),
             "verify_costs": self.verify_costs.to_json(),
             "hop_ms": None if self.hop_s is None else round(self.hop_s * 1000, 3),
+            "rest_costs": self.rest_costs.to_json(),
             "k_by_bucket": {str(b): k for b, k in sorted(self.current.items())},
             "sweep_s": self.sweep_s,
         }

@@ -55,7 +55,7 @@ def predict_run(
             scored = sum(min(kk, remaining[i] - 1) + 1 for i in live)
             t_v = m.t_verify(b, scored)
             over = m.overhead_curve(scored, b) if m.overhead_curve is not None else 0.0
-            t += kk * t_d + t_v + m.hop_s + over
+            t += kk * t_d + t_v + m.rest_s(b, kk) + over
             for i in live:
                 cap = min(kk, remaining[i] - 1)
                 a = 0
@@ -94,7 +94,7 @@ def predict_run_trace(
         caps = {i: min(kk, n_new[i] - pos[i] - 1) for i in live}
         scored = sum(caps[i] + 1 for i in live)
         over = m.overhead_curve(scored, b) if m.overhead_curve is not None else 0.0
-        t += (kk * m.t_draft(b) if kk else 0.0) + m.t_verify(b, scored) + m.hop_s + over
+        t += (kk * m.t_draft(b) if kk else 0.0) + m.t_verify(b, scored) + m.rest_s(b, kk) + over
         for i in live:
             a = 0
             while a < caps[i] and traces[i][pos[i] + a]:

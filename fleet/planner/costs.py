@@ -22,7 +22,7 @@ import math
 from collections import deque
 from collections.abc import Iterable, Sequence
 
-from fleet.planner.fitting import Curve, fit_linear2
+from fleet.planner.fitting import Curve, fit_linear, fit_linear2
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 
@@ -146,6 +146,33 @@ class StepCosts:
             self._fitted, self._since_fit = fit_linear2(points), 0
         return self._fitted
 
+    SMOOTH_WEIGHT_CAP = 16.0  # a cell's weight in its bucket's line: its rounds, up to this
+
+    def smoothed(self, first: int = 0) -> StepCosts:
+        """This table with each batch bucket's cells of `first` tokens or more on their
+        least-squares line in tokens (weighted by each cell's rounds, capped; cost never
+        falling with tokens); narrower cells kept as measured (plain decoding's step has no
+        drafts to score or send: it is not on speculation's line). A step's cost is a fixed
+        part plus a part per token, but a live cell is an EMA of rounds that shared two cores
+        with prefills and the web tier: at 8 streams the drafter's table read k 2 at 11.4 ms
+        and k 4 at 9.8 ms, and adaptive k flapped between k's that noise reordered (1, 4, 8
+        within ten rounds of steady traffic). A bucket with one such width keeps its cell."""
+        out = StepCosts(self.ema)
+        for (b, t), c in self.cells.items():
+            out.cells[(b, t)] = [self._value((b, t)), c[1]]
+        for b in sorted({bb for bb, _ in self.cells}):
+            cells = {t: c for (bb, t), c in self.cells.items() if bb == b and t >= first}
+            if len(cells) < 2:
+                continue
+            points = [
+                (t, self._value((b, t)), min(c[1], self.SMOOTH_WEIGHT_CAP))
+                for t, c in cells.items()
+            ]
+            line = fit_linear(points)
+            for t, c in cells.items():
+                out.cells[(b, t)] = [max(line(t), 0.0), c[1]]
+        return out
+
     # -- the wire ------------------------------------------------------------------------------
     def to_json(self) -> list[list[float]]:
         return [
@@ -185,7 +212,7 @@ class Acceptance:
         self,
         *,
         decay: float = 0.9,
-        samples_per_decay: float = 4.0,
+        samples_per_decay: float = 16.0,
         prior: float = 0.5,
         prior_weight: float = 1.0,
     ):

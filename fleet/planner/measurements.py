@@ -223,7 +223,7 @@ def _forward_round_s(m: PipelineModel, k: float, batch: float) -> float:
     """predict()'s round without overhead, at a fractional mean k and batch."""
     V, D = max(m.n_verifiers, 1), m.n_drafters
     draft_batch = batch * V / D if (D > 0 and m.drafter_kind == "model") else batch
-    return m.draft_round_s(draft_batch, k) + m.t_verify(batch, batch * (k + 1)) + m.hop_s
+    return m.draft_round_s(draft_batch, k) + m.t_verify(batch, batch * (k + 1)) + m.rest_s(batch, k)
 
 
 def measured_row(

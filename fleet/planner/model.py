@@ -14,7 +14,7 @@ max(bytes moved / memory bandwidth, flops / peak compute).
 A pipeline with V verifiers and D drafters, each verifier running batches of b sequences:
 drafters serve b*V/D sequences each, so
 
-    round(b, k)  = k * t_draft(b*V/D) + t_verify(b*(k+1)) + hop
+    round(b, k)  = k * t_draft(b*V/D) + t_verify(b*(k+1)) + rest(b, k)
     goodput      = V * b * E(k) / round               tokens/s
     ITL          = round / E(k)                        s per token per sequence
     power        = sum over nodes of idle + (tdp - idle) * utilization
@@ -30,7 +30,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from fleet.planner.costs import StepCosts
+from fleet.planner.costs import StepCosts, bucket
 from fleet.planner.fitting import Curve, fit_linear, fit_linear2  # noqa: F401  (re-exported)
 
 HOURS_PER_YEAR = 24 * 365
@@ -237,6 +237,9 @@ class PipelineModel:
     # They win over the curves and the roofline where present.
     verify_costs: StepCosts | None = None
     draft_costs: StepCosts | None = None
+    # The rest of a round (messages, gathering, emitting) by (batch, k), measured by the
+    # drafter from its round periods (`fleet.planner.adaptive`); `hop_s` where it has none.
+    rest_costs: StepCosts | None = None
     # The roofline's verify step times this: measured / roofline at the measured point
     # (one operating point gives a level, not a slope).
     verify_scale: float = 1.0
@@ -282,6 +285,23 @@ class PipelineModel:
             if t is not None:
                 return t
         return k * self.t_draft(batch)
+
+    def rest_s(self, batch: float, k: float) -> float:
+        """A round's time outside its forward passes at `batch` and draft length `k`: the
+        measured cell, else the nearest k measured at this batch (it moves little with k),
+        else the table's estimate, else the hop."""
+        if self.rest_costs is not None and len(self.rest_costs):
+            b, kk = bucket(batch), round(k)
+            here = [t for bb, t in self.rest_costs.cells if bb == b]
+            near = min(here, key=lambda t: (abs(t - kk), t)) if here else None
+            t = (
+                self.rest_costs.measured(b, near)
+                if near is not None
+                else self.rest_costs.estimate(batch, kk)
+            )
+            if t is not None:
+                return t
+        return self.hop_s
 
     def drafter_power(self, util: float) -> float:
         if len(self.drafter_mix) > 1:
@@ -357,7 +377,7 @@ def round_of(m: PipelineModel, *, k: int, batch: float) -> Round:
     t_v = m.t_verify(b, b * (k + 1))
     draft_time = m.draft_round_s(draft_batch, k)
     overhead = m.overhead_curve(b * (k + 1), b) if m.overhead_curve is not None else 0.0
-    round_s = draft_time + t_v + m.hop_s + overhead
+    round_s = draft_time + t_v + m.rest_s(b, k) + overhead
     E = m.E(k)
     goodput = V * b * E / round_s if (V > 0 and round_s > 0) else 0.0
     return Round(k, b, t_v, draft_time, round_s, E, goodput)

@@ -14,7 +14,8 @@ over both pipelines:
 - adaptive_vs_best_fixed_min: adaptive goodput / the best fixed k of that phase (min over
   phases x streams);
 - adaptive_vs_plain_min: adaptive / k = 0 (same cells);
-- adapt_rounds: rounds after the phase switch until adaptive k settles (its drafter's trace);
+- adapt_rounds: rounds after the phase switch until adaptive k settles among the k worth
+  within 5 % of the new phase's best fixed k (its drafter's trace; `control_figures`);
 - planner_apply_error_max_pct: the planner's goodput model, fed by what the nodes measured
   (their cost tables, the acceptance), predicts each fixed k; the recommended k's prediction
   against its measured run; and 20 random simulated fleets through the planner's telemetry
@@ -40,7 +41,14 @@ from typing import Any
 
 from inference.training.draft_data import PROMPTS_FILE as DRAFT_PROMPTS
 
-from .control_figures import held_out_best, per_position, round_batches, settle_rounds
+from .control_figures import (
+    held_out_best,
+    per_position,
+    round_batches,
+    settle_rounds,
+    settle_rounds_among,
+    worthy_ks,
+)
 from .control_planner import planner_errors, simulated_errors
 from .serving import _prompts, bench_key
 from .serving_clients import drive
@@ -324,13 +332,17 @@ def _measure(name, pipeline, nodes, base, key, how, stack, log):
         _run(base, key, phases[second], n, requests * 2, max_tokens, rng)
         time.sleep(1.2)
         trace = (node_inspect(nodes["draft"][0].pk) or {}).get("k_trace") or []
-        settled = settle_rounds(trace, switch_at)
+        # settled: drafting a k whose measured worth in the new phase is within 5 % of the
+        # best fixed k's (and, as before, staying within 1 of where k ends up: reported)
+        worthy = worthy_ks(cells[(n, second)]["fixed"])
+        settled = settle_rounds_among(trace, switch_at, worthy, n)
         ks_used = [k for t, _b, k in trace if t >= switch_at]
         if settled is not None:
             adapt_rounds.append(settled)
         log(
             f"{name} N={n} {first} -> {second}: k {ks_used[:3]} ... {ks_used[-3:]}, "
-            f"settled after {settled} rounds of {len(ks_used)}"
+            f"settled among k {sorted(worthy)} after {settled} rounds of {len(ks_used)} "
+            f"(within 1 of its final k after {settle_rounds(trace, switch_at)})"
         )
         for phase in phases:
             cells[(n, phase)]["adaptive_k_final"] = ks_used[-1] if ks_used else None

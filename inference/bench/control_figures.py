@@ -78,3 +78,40 @@ def settle_rounds(trace: list, switch_at: float, *, share: float = 0.9) -> int |
         )
         worst = settled if worst is None else max(worst, settled)
     return worst
+
+
+def worthy_ks(measured: dict[int, float], *, within: float = 0.95, k_max: int = 8) -> set[int]:
+    """The k in 0..k_max whose goodput, measured at the fixed k's of a cell (linear between
+    them, the last one held beyond), is within `within` of the best: every k among them is
+    as good a place to settle as the best, by adaptive k's own target."""
+    ks = sorted(measured)
+    best = max(measured.values())
+
+    def worth(k: int) -> float:
+        lo = max((m for m in ks if m <= k), default=ks[0])
+        hi = min((m for m in ks if m >= k), default=ks[-1])
+        if hi == lo:
+            return measured[lo]
+        return measured[lo] + (measured[hi] - measured[lo]) * (k - lo) / (hi - lo)
+
+    return {k for k in range(k_max + 1) if worth(k) >= within * best}
+
+
+def settle_rounds_among(
+    trace: list, switch_at: float, worthy: set[int], streams: int, *, share: float = 0.9
+) -> int | None:
+    """Rounds after `switch_at` until adaptive k settles among the `worthy` k of the new
+    phase (`worthy_ks` of its fixed-k runs at this stream count): the first round of the
+    full batch from which at least `share` of them draft a worthy k. Judged on rounds of the
+    stream count's batch bucket, the batch the fixed runs measured (a run's tail of 1-2
+    sequences has its own best k). Unlike `settle_rounds`, moving between k of equal worth
+    is not unsettled, and holding a k that loses is."""
+    from fleet.planner.costs import bucket
+
+    ks = [k for t, b, k in trace if t >= switch_at and bucket(b) == bucket(streams)]
+    if len(ks) < 4:
+        return None
+    return next(
+        (i for i in range(len(ks)) if sum(k in worthy for k in ks[i:]) >= share * len(ks[i:])),
+        len(ks),
+    )

@@ -38,6 +38,7 @@ def planner_errors(nodes, cells, pipeline, log, requests_tokens: int) -> dict:
     a.draft_costs = StepCosts.from_json(snap.get("draft_costs"))
     a.verify_costs = StepCosts.from_json(verify.get("step_costs"))
     a.hop_s = (snap.get("hop_ms") or 0.0) / 1000
+    a.rest_costs = StepCosts.from_json(snap.get("rest_costs"))
     cpu = Hardware.from_profile(nodes["verify"][0].profile)
     sim = PipelineModel(
         verifier=cpu,
@@ -56,6 +57,7 @@ def planner_errors(nodes, cells, pipeline, log, requests_tokens: int) -> dict:
             a.draft_costs = StepCosts.from_json(here.get("draft_costs"))
             a.verify_costs = StepCosts.from_json(c.get("verify_costs") or here.get("verify_costs"))
             a.hop_s = (here.get("hop_ms") or 0.0) / 1000
+            a.rest_costs = StepCosts.from_json(here.get("rest_costs"))
         m, _vb = a.model(n)
         m = m.with_(per_position=per_pos, alpha=None if per_pos else 0.5, n_drafters=1)
         roof = sim.with_(per_position=per_pos, alpha=None if per_pos else 0.5)
@@ -71,7 +73,7 @@ def planner_errors(nodes, cells, pipeline, log, requests_tokens: int) -> dict:
                 str(k): {
                     "verify": round(r.t_verify * 1000, 2),
                     "draft": round(r.draft_time * 1000, 2),
-                    "hop": round(m.hop_s * 1000, 2),
+                    "rest": round(m.rest_s(n, k) * 1000, 2),
                     "expected_tokens": round(r.expected_tokens, 3),
                 }
                 for k, r in rounds.items()

@@ -62,6 +62,9 @@ class VerifyLoop(VerifyStarts):
         self.sweep_s: float | None = None
         self.costs_sent: dict[int, int] = {}  # drafter -> round its copy of the costs went out
         self.rounds = 0
+        # seconds the rounds were held back since the last one, to claim and prefill new
+        # sequences: a request's cost, not a round's (the drafter's round periods less it)
+        self.stall_s = 0.0
 
     def prepare(self) -> None:
         t0 = time.perf_counter()
@@ -208,6 +211,7 @@ class VerifyLoop(VerifyStarts):
                     self.handle(kind, payload)
             t1 = time.perf_counter()
             phase("start", t1 - t0)
+            self.stall_s += t1 - t0
             t0 = t1
         self._give_up_overdue()
         ready = self._ready()
@@ -273,6 +277,7 @@ class VerifyLoop(VerifyStarts):
         self.stats.record_round(len(items), t1 - t0, sum(len(r.tokens) for r in results))
         self.costs.observe(len(items), 1 + max(len(t) for _, t, _ in items), t1 - t0)
         self.rounds += 1
+        stall_s, self.stall_s = self.stall_s, 0.0
         by_drafter = defaultdict(list)
         events = self._emit(results, by_drafter=by_drafter, verify_s=t1 - t0)
         t2 = time.perf_counter()
@@ -282,6 +287,7 @@ class VerifyLoop(VerifyStarts):
                 "results": rs,
                 "verify_s": t1 - t0,  # the drafter's adaptive k: the round's forward
                 "vbatch": len(items),
+                "stall_s": stall_s,  # and the prefills that held this round back
             }
             if self.rounds - self.costs_sent.get(drafter, -(10**9)) >= COSTS_EVERY:
                 payload["costs"] = self.costs.to_json()

@@ -66,3 +66,22 @@ def test_the_held_out_best_fixed_k_is_picked_on_one_repetition_and_read_on_the_o
     # rep 0 reads the pick of rep 1 (k 4: 90), rep 1 reads the pick of rep 0 (k 2: 90)
     assert held_out_best(runs, ks) == 90.0
     assert held_out_best({k: v[:1] for k, v in runs.items()}, ks) is None
+
+
+def test_settling_is_judged_against_what_each_k_measured_in_the_new_phase():
+    """Settled means drafting a k worth within 5 % of the best fixed k of the new phase:
+    moving between k of equal worth is settled, holding a k that loses is not."""
+    from inference.bench.control_figures import settle_rounds, settle_rounds_among, worthy_ks
+
+    measured = {0: 460.0, 1: 560.0, 2: 610.0, 4: 600.0, 8: 577.0}
+    worthy = worthy_ks(measured)
+    assert worthy == {2, 3, 4, 5, 6, 7}  # k 7 reads 582.75 between k 4 and k 8 (>= 579.5)
+    flat = [(10.0 + i, 8, 3 if i % 2 else 5) for i in range(40)]  # 3 and 5: equal worth
+    assert settle_rounds_among(flat, 10.0, worthy, 8) == 0
+    assert settle_rounds(flat, 10.0) >= 39  # its own final k +-1: settled at the last round
+    stuck = [(10.0 + i, 8, 8) for i in range(40)]  # steady, but 5.4 % below the best
+    assert settle_rounds(stuck, 10.0) == 0
+    assert settle_rounds_among(stuck, 10.0, worthy, 8) == 40
+    tail = [(10.0 + i, 8 if i < 30 else 2, 4 if i >= 5 and i < 30 else 8) for i in range(40)]
+    # k 8 for 5 rounds, then k 4; the run's tail of 2 sequences is another batch bucket
+    assert settle_rounds_among(tail, 10.0, worthy, 8) == 3

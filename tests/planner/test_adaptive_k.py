@@ -231,3 +231,66 @@ def test_adaptive_k_holds_the_best_k_when_live_rounds_run_slower_than_the_sweep(
     kept = sum(goodput(k) for k in tail) / len(tail) / best
     changes = sum(x != y for x, y in zip(tail, tail[1:], strict=False))
     assert kept >= 0.95 and changes <= 10, (kept, changes, tail)
+
+
+def _priced(rest_periods: int) -> AdaptiveK:
+    """An adaptive k whose round trip says 7 ms of hop, and `rest_periods` round periods at
+    k 0 that say plain decoding's round spends 2 ms outside its 10 ms forward."""
+    a = AdaptiveK()
+    a.verify_costs = StepCosts.from_json([[8, 1, 0.010, 5], [8, 5, 0.016, 5]])
+    a.draft_costs = StepCosts.from_json([[8, 4, 0.006, 5]])
+    a.observe_round_trip(0.017, 0.010, 8)
+    for _ in range(rest_periods):
+        a.observe_round_period(0.012, 0.0, 0.010, 8, 0)
+    return a
+
+
+def test_plain_decoding_is_priced_from_measured_round_periods_not_the_round_trip():
+    # bench_control at 8 streams: the round trip's hop (7 ms, read while drafting k 8) made
+    # plain decoding's modeled round 18.4 ms where 13.2 ms were measured
+    assert _priced(0).goodput_by_k(8, 0, 4)[0] == pytest.approx(8 / 0.017, rel=0.01)
+    priced = _priced(5)
+    assert priced.goodput_by_k(8, 0, 4)[0] == pytest.approx(8 / 0.012, rel=0.01)
+    # a k never run reads the rest of the nearest k measured at this batch
+    assert priced.model(8)[0].rest_s(8, 4) == pytest.approx(0.002, rel=0.01)
+    assert "rest_costs" in priced.snapshot()
+
+
+def test_an_idle_gap_between_rounds_is_not_a_round():
+    a = AdaptiveK()
+    a.observe_round_period(1.5, 0.001, 0.010, 8, 4)  # traffic stopped and came back
+    a.observe_round_period(0.008, 0.001, 0.010, 8, 4)  # shorter than its own forwards
+    assert len(a.rest_costs) == 0
+
+
+def _costed(noisy_k: int | None) -> AdaptiveK:
+    """Linear step costs at batch 8 (what a quiet machine measures), acceptance 0.7 a
+    position; `noisy_k`'s draft cell read 8 ms dear (rounds that shared the cores)."""
+    a = AdaptiveK()
+    a.verify_costs = StepCosts.from_json(
+        [[8, t, 0.010 + 0.0012 * (t - 1), 16] for t in range(1, 10)]
+    )
+    draft = {k: 0.001 + 0.0012 * k for k in range(1, 9)}
+    if noisy_k is not None:
+        draft[noisy_k] += 0.008
+    a.draft_costs = StepCosts.from_json([[8, k, s, 16] for k, s in draft.items()])
+    a.acceptance.per_position = lambda k: [0.7 ** (i + 1) for i in range(k)]  # type: ignore[method-assign]
+    return a
+
+
+def test_one_noisy_cost_cell_does_not_reorder_the_ks():
+    policy = {"mode": "adaptive", "k_min": 0, "k_max": 8, "k": 4}
+    best = _costed(None).choose(policy, 8)
+    noisy = _costed(best)
+    assert noisy.choose(policy, 8) == best
+    # the table as measured still says what it measured; the model reads each bucket's line
+    assert noisy.draft_costs.measured(8, best) == pytest.approx(0.001 + 0.0012 * best + 0.008)
+    line = noisy.draft_costs.smoothed()
+    costs = [line.measured(8, k) for k in range(1, 9)]
+    assert costs == sorted(costs)
+    single = StepCosts.from_json([[4, 3, 0.005, 2]]).smoothed()
+    assert single.measured(4, 3) == pytest.approx(0.005)  # one width: kept as measured
+    # plain decoding's step (1 token verified) is not on speculation's line: kept as measured
+    verify = StepCosts.from_json([[8, 1, 0.004, 16], [8, 2, 0.010, 16], [8, 5, 0.013, 16]])
+    assert verify.smoothed(first=2).measured(8, 1) == pytest.approx(0.004)
+    assert verify.smoothed().measured(8, 1) > 0.005

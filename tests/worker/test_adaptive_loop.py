@@ -170,3 +170,32 @@ def test_a_drafter_that_proposes_for_few_sequences_settles_at_k0(monkeypatch):
     ks = rounds(loop, sent, 30, accept=lambda k: k, costs=costs)
     assert set(ks[-10:]) == {0}, ks
     assert loop.adaptive.acceptance.per_position(1)[0] < 0.5
+
+
+def _timed_rounds(loop, sent, n, *, verifier_s, stall_s):
+    """n rounds in which the 'verifier' holds the drafts `verifier_s` (a 2 ms forward, the
+    rest prefills of new sequences) and reports `stall_s` of prefills."""
+    for _ in range(n):
+        loop.step()
+        _node, kind, p = sent.pop()
+        assert kind == "drafts"
+        time.sleep(verifier_s)
+        results = [
+            {"seq_id": d["seq_id"], "tokens": [7], "n_accepted": 0, "finished": False}
+            for d in p["drafts"]
+        ]
+        payload = {"verifier": 1, "results": results, "verify_s": 0.002, "vbatch": 8}
+        loop.handle("results", {**payload, "stall_s": stall_s})
+
+
+def test_round_periods_price_the_rest_of_a_round_but_not_the_prefills_that_held_it(monkeypatch):
+    held = {}
+    for stall_s in (0.0, 0.018):
+        sent: list = []
+        loop, _ = make_loop(monkeypatch, sent)
+        loop.config["k_policy"] = {"mode": "fixed", "k": 2}
+        _timed_rounds(loop, sent, 12, verifier_s=0.020, stall_s=stall_s)
+        held[stall_s] = loop.adaptive.rest_costs.measured(8, 2)
+    # unreported, the 18 ms of prefills look like the round's own; reported, they are not
+    assert held[0.0] is not None and held[0.0] > 0.012
+    assert held[0.018] is not None and held[0.018] < 0.008
