@@ -86,6 +86,15 @@ class StopField(serializers.Field):
         return value
 
 
+class JsonBooleanField(serializers.BooleanField):
+    """true or false, as JSON has them ("yes" and 1 are refused, as /v1 refuses them)."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, bool):
+            self.fail("invalid", input=data)
+        return data
+
+
 class GenerationCreateSerializer(serializers.Serializer):
     """Types here; the rules (ranges, context length) are `request_rules.prepare`'s, the same
     for /v1, and come back as errors of the field they name."""
@@ -102,8 +111,18 @@ class GenerationCreateSerializer(serializers.Serializer):
     top_p = serializers.FloatField(required=False, help_text="Greater than 0, at most 1.")
     seed = serializers.IntegerField(required=False, help_text=f"0..{SEED_MAX}.")
     stop = StopField(required=False)
+    ignore_eos = JsonBooleanField(
+        required=False,
+        help_text="Generate max_tokens whatever the model's end of sequence says (vLLM's "
+        "extension; default false).",
+    )
 
     def validate(self, attrs):
+        # a field this API does not know is refused, not dropped: a client that asked for
+        # something (ignore_eos, before it was a field here) must not get something else
+        unknown = sorted(set(getattr(self, "initial_data", {}) or {}) - set(self.fields))
+        if unknown:
+            raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
         pipeline = None
         try:
             pipeline = pipeline_named(attrs["pipeline"])
@@ -117,6 +136,7 @@ class GenerationCreateSerializer(serializers.Serializer):
                 top_k=attrs.get("top_k"),
                 seed=attrs.get("seed"),
                 stop=attrs.get("stop"),
+                ignore_eos=attrs.get("ignore_eos"),
             )
         except RequestError as exc:
             if exc.param == "model" and pipeline is not None:

@@ -38,6 +38,26 @@ def test_operator_creates_a_generation(serving, as_persona, operator):
     assert response["Location"] == data["links"]["self"]
 
 
+def test_ignore_eos_reaches_the_generation_through_the_rest_api(serving, as_persona):
+    """bench_control's smollm2 runs sent ignore_eos to this API, which dropped it: half their
+    requests ended after one token."""
+    client = as_persona("operator")
+    created = client.post(URL, body(ignore_eos=True), format="json")
+    assert created.status_code == 201, created.json()
+    assert Generation.objects.get(pk=created.json()["id"]).params["ignore_eos"] is True
+    plain = client.post(URL, body(ignore_eos=False), format="json").json()
+    assert "ignore_eos" not in Generation.objects.get(pk=plain["id"]).params
+    refused = client.post(URL, body(ignore_eos="yes"), format="json")
+    assert refused.status_code == 400 and "ignore_eos" in refused.json()
+
+
+def test_an_unknown_field_is_refused_not_dropped(serving, as_persona):
+    response = as_persona("operator").post(URL, body(best_of=3, n=2), format="json")
+    assert response.status_code == 400
+    assert response.json()["best_of"] == ["Unknown field."] and "n" in response.json()
+    assert not Generation.objects.exists()
+
+
 @pytest.mark.parametrize("persona", ["operator", "admin"])
 def test_the_created_body_is_the_serializers_body_of_the_row(serving, as_persona, persona):
     """POST answers a body built without DRF's model serializer (the hot path): it must be
