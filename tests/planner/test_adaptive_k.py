@@ -294,3 +294,21 @@ def test_one_noisy_cost_cell_does_not_reorder_the_ks():
     verify = StepCosts.from_json([[8, 1, 0.004, 16], [8, 2, 0.010, 16], [8, 5, 0.013, 16]])
     assert verify.smoothed(first=2).measured(8, 1) == pytest.approx(0.004)
     assert (verify.smoothed().measured(8, 1) or 0.0) > 0.005
+
+
+def _gain(a: AdaptiveK, gain: float) -> None:
+    """Plain decoding predicted at 100, k 2 at 100 * (1 + gain), every other k below."""
+    g = {k: 50.0 for k in range(9)} | {0: 100.0, 2: 100.0 * (1 + gain)}
+    a.goodput_by_k = lambda batch, k_min, k_max: g  # type: ignore[method-assign]
+
+
+def test_speculation_must_win_clearly_to_replace_plain_decoding():
+    a = memory_bound()
+    _gain(a, 0.05)  # within the model's error where gains are small: stay plain
+    assert a.choose(ADAPTIVE, 8) == 0
+    _gain(a, 0.10)
+    assert a.choose(ADAPTIVE, 8) == 2
+    _gain(a, 0.05)  # once speculating, kept while predicted 3 % better
+    assert a.choose(ADAPTIVE, 8) == 2
+    _gain(a, 0.02)
+    assert a.choose(ADAPTIVE, 8) == 0
