@@ -312,3 +312,13 @@ def test_speculation_must_win_clearly_to_replace_plain_decoding():
     assert a.choose(ADAPTIVE, 8) == 2
     _gain(a, 0.02)
     assert a.choose(ADAPTIVE, 8) == 0
+
+
+def test_a_convex_cost_curve_is_not_read_low_at_its_ends():
+    """Verify cost over tokens is flat while memory-bound, then rising; a straight line read
+    the ends low (demo at batch 8: 9 tokens at 17.7 ms where the cell read 20-24 ms)."""
+    true = {t: 0.010 + 0.0002 * t * t for t in (2, 3, 5, 9)}
+    table = StepCosts.from_json([[8, t, s, 16] for t, s in true.items()])
+    smooth = table.smoothed(first=2)
+    for t, s in true.items():
+        assert smooth.measured(8, t) == pytest.approx(s, rel=0.02)
