@@ -22,7 +22,7 @@ import math
 from collections import deque
 from collections.abc import Iterable, Sequence
 
-from fleet.planner.fitting import Curve, _lstsq, fit_linear, fit_linear2
+from fleet.planner.fitting import Curve, fit_convex, fit_linear2
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 
@@ -37,26 +37,6 @@ def bucket(batch: float) -> int:
 
 def _finite(x) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def _convex_fit(points: list[tuple[float, float, float]]):
-    """t = a + x*n + y*n^2 with x, y >= 0, weighted least squares over (n, t, weight); a
-    straight line where there are fewer than three widths or the curve would bend down. A
-    step's cost is convex in its tokens (flat while memory-bound, then rising): a straight
-    line read the ends of that curve low (demo, batch 8: verify of 9 tokens at 17.7 ms
-    where the cell read 20-24 ms), so k 8 looked cheap."""
-    line = fit_linear(points)
-    if len({n for n, _, _ in points}) < 3:
-        return line
-    sol = _lstsq(
-        [(1.0, n, n * n) for n, _, _ in points],
-        [t for _, t, _ in points],
-        [w for _, _, w in points],
-    )
-    if sol is None or sol[1] < 0 or sol[2] < 0:
-        return line
-    a, x, y = sol
-    return lambda n: a + x * n + y * n * n
 
 
 class StepCosts:
@@ -170,7 +150,7 @@ class StepCosts:
 
     def smoothed(self, first: int = 0) -> StepCosts:
         """This table with each batch bucket's cells of `first` tokens or more on their
-        least-squares convex curve in tokens (`_convex_fit`; weighted by each cell's rounds,
+        least-squares convex curve in tokens (`fitting.fit_convex`; weighted by each cell's rounds,
         capped; cost never falling with tokens); narrower cells kept as measured (plain
         decoding's step has no drafts to score or send: it is not on speculation's curve). A
         live cell is an EMA of rounds that shared two cores with prefills and the web tier:
@@ -188,7 +168,7 @@ class StepCosts:
                 (float(t), self._value((b, t)), min(c[1], self.SMOOTH_WEIGHT_CAP))
                 for t, c in cells.items()
             ]
-            curve = _convex_fit(points)
+            curve = fit_convex(points)
             for t, c in cells.items():
                 out.cells[(b, t)] = [max(curve(t), 0.0), c[1]]
         return out
