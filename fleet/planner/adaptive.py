@@ -91,8 +91,8 @@ class AdaptiveK:
         m = PipelineModel(
             alpha=self.acceptance.alpha(),
             per_position=tuple(self.acceptance.per_position(max(k_top, 1))),
-            # each bucket's speculative cells on a line in tokens: one noisy cell cannot
-            # reorder the k's (plain decoding's -- 1 token verified, k 0 -- as measured)
+            # each bucket's speculative cells on a convex curve in tokens: one noisy cell
+            # cannot reorder the k's (plain decoding's -- 1 token verified, k 0 -- as measured)
             verify_costs=self.verify_costs.smoothed(first=2),
             draft_costs=self.draft_costs.smoothed(),
             hop_s=self.hop_s or 0.0,

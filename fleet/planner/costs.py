@@ -146,7 +146,7 @@ class StepCosts:
             self._fitted, self._since_fit = fit_linear2(points), 0
         return self._fitted
 
-    SMOOTH_WEIGHT_CAP = 16.0  # a cell's weight in its bucket's line: its rounds, up to this
+    SMOOTH_WEIGHT_CAP = 16.0  # a cell's weight in its bucket's curve: its rounds, up to this
 
     def smoothed(self, first: int = 0) -> StepCosts:
         """This table with each batch bucket's cells of `first` tokens or more on their

@@ -41,13 +41,11 @@ class DraftLoop(BaseLoop):
         self.drafted_k: dict[str, int] = {}
         # gen -> the token drafted in the shadow at k = 0 (None: the drafter proposed nothing)
         self.shadow: dict[str, int | None] = {}
-        self.sent_to: dict[int, float] = {}  # verifier -> when this round's drafts left
-        # verifier -> when the last drafts left (not consumed by results: the round period)
-        self.last_sent: dict[int, float] = {}
-        self.k_sent: dict[int, int] = {}  # verifier -> the k of the drafts it was last sent
-        # verifier -> (its busy seconds: forward and prefills, batch, k, the sequences going
-        # on) of its round whose results came last
-        self.verified: dict[int, tuple[float, int, int, frozenset[str]]] = {}
+        # verifier -> (when this round's drafts left, their k), until its results come
+        self.sent_to: dict[int, tuple[float, int]] = {}
+        # verifier -> (when its drafts left, its busy seconds: forward and prefills, batch, k,
+        # the sequences going on) of its round whose results came last
+        self.verified: dict[int, tuple[float, float, int, int, frozenset[str]]] = {}
         self.rounds = 0
         self.k_trace: deque[tuple[float, int, int]] = deque(maxlen=256)  # (time, batch, k)
         self.loaded = self.draft_ref()  # what the engine drafts with (boot loaded the config's)
@@ -125,16 +123,16 @@ class DraftLoop(BaseLoop):
     def _measure(self, p: dict) -> None:
         """What a results message tells adaptive k: the round trip, the verifier's costs,
         and how many of each sequence's drafts (or shadow draft) were accepted."""
-        sent = self.sent_to.pop(p["verifier"], None)
-        if sent is not None:
+        sent_k = self.sent_to.pop(p["verifier"], None)
+        if sent_k is not None:
+            sent, k_sent = sent_k
             verify_s, vbatch = float(p.get("verify_s") or 0.0), int(p.get("vbatch") or 0)
             vbatch = vbatch or len(p["results"])
             self.adaptive.observe_round_trip(time.monotonic() - sent, verify_s, vbatch)
             # the verifier's prefills that held the round back are counted as its own work
             busy = verify_s + max(float(p.get("stall_s") or 0.0), 0.0)
             going_on = frozenset(r["seq_id"] for r in p["results"] if not r.get("finished"))
-            k_sent = self.k_sent.get(p["verifier"], 0)
-            self.verified[p["verifier"]] = (busy, vbatch, k_sent, going_on)
+            self.verified[p["verifier"]] = (sent, busy, vbatch, k_sent, going_on)
         if p.get("costs"):
             self.adaptive.merge_verify_costs(p["costs"])
         ks, ns, shadow_n, shadow_ok = [], [], 0, 0
@@ -275,8 +273,7 @@ class DraftLoop(BaseLoop):
         for verifier, ds in out.items():
             self.send(verifier, "drafts", {"drafter": self.node_id, "drafts": ds})
             self._round_period(verifier, now, t1 - t0, ds)
-            self.sent_to[verifier] = self.last_sent[verifier] = now
-            self.k_sent[verifier] = k
+            self.sent_to[verifier] = (now, k)
         phase("propose", t1 - t0)
         t2 = time.perf_counter()
         phase("send", t2 - t1)
@@ -290,14 +287,14 @@ class DraftLoop(BaseLoop):
 
     def _round_period(self, verifier: int, now: float, propose_s: float, drafts: list) -> None:
         """A round with `verifier` ended when its results came back and this round's drafts
-        left: its period (from the last drafts it was sent) tells adaptive k what the round
+        left: its period (from the drafts those results answered) tells adaptive k what the round
         spends outside its forward passes. Only a round of sequences going on from that one:
         a sequence joining waited for its request, claim and prefill (a request's cost, which
         read as a round's made one k look dear at random)."""
-        done, last = self.verified.pop(verifier, None), self.last_sent.get(verifier)
-        if done is None or last is None:
+        done = self.verified.pop(verifier, None)
+        if done is None:
             return
-        busy_s, vbatch, k, going_on = done
+        last, busy_s, vbatch, k, going_on = done
         if all(d["seq_id"] in going_on for d in drafts):
             self.adaptive.observe_round_period(now - last, propose_s, busy_s, vbatch, k)
 
