@@ -108,7 +108,7 @@ def run_draft_bench(cfg: DraftBenchConfig, log: Callable[[str], None] = print) -
         "measured": "in-process engines (VerifyEngine + DraftEngine, one process, no Redis)",
         "target": str(cfg.target),
         "draft": str(cfg.draft),
-        "draft_manifest": _manifest(cfg.draft),
+        "draft_manifest": manifest_of(cfg.draft),
         "k": cfg.k,
         "max_tokens": cfg.max_tokens,
         "heldout_prompts": len(prompts),
@@ -141,6 +141,6 @@ def _rates(tokens: dict, seconds: dict) -> str:
     )
 
 
-def _manifest(draft: Path) -> dict:
+def manifest_of(draft: Path) -> dict:
     path = Path(draft) / "draft.json"
     return json.loads(path.read_text()) if path.exists() else {}
