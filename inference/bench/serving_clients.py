@@ -17,14 +17,35 @@ def percentile(values: list[float], q: float) -> float | None:
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
-async def _client(http, base, key, prompts, max_tokens, records, api="rest", params=None) -> None:
+def steady_rate(records: list[dict], t0: float, first_end: float) -> float | None:
+    """Tokens/s while every client was in flight: from the start to the moment the first
+    client had its last answer. Equal requests started together end together, so a run's
+    tail -- the slowest clients finishing alone, fewer streams than asked for -- weighs on
+    its wall-clock rate by chance (more the larger k: acceptance lengths vary); a client
+    restarting between its requests is inside the window, as in steady traffic."""
+    span = first_end - t0
+    if span <= 0:
+        return None
+    return sum(n for r in records for at, n in r.get("arrivals", ()) if at <= first_end) / span
+
+
+async def _client(
+    http, base, key, prompts, max_tokens, records, ends, api="rest", params=None
+) -> None:
     """POST each prompt, then follow its SSE stream to the end, timing every token event
     (api "openai": one streaming POST /v1/completions per prompt)."""
     headers = {"Authorization": f"Bearer {key}"}
-    if api == "openai":
-        for prompt in prompts:
-            records.append(await _openai_one(http, base, headers, prompt, max_tokens, params))
-        return
+    try:
+        if api == "openai":
+            for prompt in prompts:
+                records.append(await _openai_one(http, base, headers, prompt, max_tokens, params))
+            return
+        await _rest_client(http, base, headers, prompts, max_tokens, records, params)
+    finally:
+        ends.append(time.perf_counter())
+
+
+async def _rest_client(http, base, headers, prompts, max_tokens, records, params) -> None:
     for prompt in prompts:
         t0 = time.perf_counter()
         r = await http.post(
@@ -41,7 +62,7 @@ async def _client(http, base, key, prompts, max_tokens, records, api="rest", par
         if r.status_code != 201:
             raise RuntimeError(f"POST /api/v1/generations: {r.status_code} {r.text[:500]}")
         gid = r.json()["id"]
-        rec = {"id": gid, "tokens": 0, "itl": [], "ttft": None, "finish": None}
+        rec = {"id": gid, "tokens": 0, "itl": [], "ttft": None, "finish": None, "arrivals": []}
         rec["submit"] = time.perf_counter() - t0
         last = None
         t1 = time.perf_counter()
@@ -56,6 +77,7 @@ async def _client(http, base, key, prompts, max_tokens, records, api="rest", par
                 now = time.perf_counter()
                 if event["type"] == "tokens":
                     n = len(event["tokens"])
+                    rec["arrivals"].append((now, n))
                     if last is None:
                         rec["ttft"] = now - t0
                     else:
@@ -105,6 +127,7 @@ async def _openai_one(http, base, headers, prompt, max_tokens, params=None) -> d
     for (before, _), (after, c) in zip(chunks, chunks[1:], strict=False):
         n = max(1, round(rec["tokens"] * c / chars)) if chars else 1
         rec["itl"].extend([(after - before) / n] * n)
+    rec["arrivals"] = [(at, rec["tokens"] * c / chars) for at, c in chunks] if chars else []
     return rec
 
 
@@ -123,13 +146,14 @@ def drive(
     import httpx
 
     records: list[dict] = []
+    ends: list[float] = []  # when each client had its last answer
 
     async def main():
         limits = httpx.Limits(max_connections=len(prompts_per_client) * 2 + 4)
         async with httpx.AsyncClient(timeout=600, limits=limits) as http:
             await asyncio.gather(
                 *(
-                    _client(http, base, key, ps, max_tokens, records, api, params)
+                    _client(http, base, key, ps, max_tokens, records, ends, api, params)
                     for ps in prompts_per_client
                 )
             )
@@ -148,6 +172,7 @@ def drive(
         "tokens": tokens,
         "wall_s": wall,
         "tokens_per_s": tokens / wall,
+        "steady_tokens_per_s": steady_rate(records, t0, min(ends, default=t0)),
         "itl_ms_p50": (percentile(itl, 0.5) or 0) * 1000,
         "itl_ms_p99": (percentile(itl, 0.99) or 0) * 1000,
         "ttft_ms_p50": (percentile(ttft, 0.5) or 0) * 1000,

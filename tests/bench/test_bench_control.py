@@ -85,3 +85,14 @@ def test_settling_is_judged_against_what_each_k_measured_in_the_new_phase():
     tail = [(10.0 + i, 8 if i < 30 else 2, 4 if i >= 5 and i < 30 else 8) for i in range(40)]
     # k 8 for 5 rounds, then k 4; the run's tail of 2 sequences is another batch bucket
     assert settle_rounds_among(tail, 10.0, worthy, 8) == 3
+
+
+def test_the_steady_rate_leaves_out_the_tail_of_the_slowest_clients():
+    """Two clients start together; one ends at 10 s, the other runs alone to 14 s. The
+    rate at two streams is what both made while both were in flight."""
+    from inference.bench.serving_clients import steady_rate
+
+    fast = {"arrivals": [(t, 2) for t in range(1, 11)]}  # 20 tokens by 10 s
+    slow = {"arrivals": [(t, 1) for t in range(1, 15)]}  # 10 by 10 s, then 4 alone
+    assert steady_rate([fast, slow], 0.0, 10.0) == pytest.approx(3.0)  # 30 tokens / 10 s
+    assert steady_rate([fast, slow], 5.0, 5.0) is None
