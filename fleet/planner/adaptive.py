@@ -10,6 +10,13 @@ decoding) with the planner's own model (`fleet.planner.model.predict`) and draft
 one, so it never runs a k predicted to lose to plain decoding. A small hysteresis keeps it
 from flapping between two k of equal worth.
 
+The model is then held to what the rounds measured: the tokens each sequence received per
+second of round, against the rate the model predicted for the k that ran, give a calibration
+per batch bucket -- one for plain decoding, one for speculation -- that scales the model's
+predictions before they are compared. A model that prices plain decoding too dear (smollm2 at
+8 streams: 90 tokens/s predicted, 102 measured, k 1 predicted 93 and measured 88) stops
+preferring the k that loses after a few rounds of it.
+
 While k = 0 no draft is verified, so nothing would tell it when drafts become worth it
 again: the drafter then drafts one token "in the shadow" for a few sequences after sending
 the round (off the round's critical path) and compares it with the token the verifier
@@ -28,6 +35,9 @@ HYSTERESIS = 0.03  # a new k must beat the current one by 3 % to replace it
 # smollm2 at 8 streams priced k 1-2 level with plain decoding, and they measured 12-21 % below
 # it; adaptive k went there on the acceptance's noise and lost 8 % to plain decoding.
 SPECULATION_MARGIN = 0.08
+# Weight of a round in its bucket's calibration (realized / predicted rate): ~10 rounds of memory
+CALIBRATION_WEIGHT = 0.1
+CALIBRATION_RANGE = (0.5, 2.0)  # one odd round cannot swing it further
 
 
 class AdaptiveK:
@@ -41,6 +51,10 @@ class AdaptiveK:
         self.verify_batch: float | None = None
         self.current: dict[int, int] = {}  # batch bucket -> k in use
         self.sweep_s: float | None = None  # the start-up sweep's duration
+        # (batch bucket, speculating) -> measured / predicted tokens per sequence-second
+        self.calibration: dict[tuple[int, bool], float] = {}
+        # batch bucket -> k -> the model's tokens per sequence-second at the last choice
+        self.predicted: dict[int, dict[int, float]] = {}
 
     # -- measurements --------------------------------------------------------------------------
     def observe_round_trip(self, seconds: float, verify_s: float, verify_batch: int) -> None:
@@ -59,7 +73,7 @@ class AdaptiveK:
 
     def observe_round_period(
         self, period_s: float, propose_s: float, verify_s: float, verify_batch: int, k: int
-    ) -> None:
+    ) -> bool:
         """This round's drafts left `period_s` after the previous round's; between them the
         verifier scored that round's k drafts of `verify_batch` sequences (`verify_s`) and this
         drafter proposed (`propose_s`); `verify_s` includes the prefills of new sequences that
@@ -67,12 +81,26 @@ class AdaptiveK:
         is what the round spends outside its forward passes. Measured from the period, not
         the round trip: the round trip misses the drafter's own side, and read at k = 0 it
         priced plain decoding 5 ms a round too dear (bench_control: 18.4 ms modeled, 13.2 ms
-        measured at 8 streams)."""
+        measured at 8 streams). False for a gap that was not a round."""
         rest = period_s - propose_s - verify_s
         forward = propose_s + verify_s
         if rest < 0 or period_s > max(self.IDLE_FACTOR * forward, forward + 0.05):
-            return
+            return False
         self.rest_costs.observe(max(verify_batch, 1), k, rest)
+        return True
+
+    def observe_realized(self, batch: int, k: int, tokens_per_seq_s: float) -> None:
+        """A round of `batch` sequences at `k` gave each `tokens_per_seq_s` (its tokens over
+        its period): against what the model predicted for that k when it was chosen."""
+        b = bucket(batch)
+        pred = self.predicted.get(b, {}).get(k)
+        if not pred or tokens_per_seq_s <= 0:
+            return
+        low, high = CALIBRATION_RANGE
+        ratio = min(max(tokens_per_seq_s / pred, low), high)
+        key = (b, k > 0)
+        old = self.calibration.get(key, 1.0)
+        self.calibration[key] = old + CALIBRATION_WEIGHT * (ratio - old)
 
     def merge_verify_costs(self, rows) -> None:
         """The verifier's table, as it sent it (its cells replace ours)."""
@@ -114,11 +142,15 @@ class AdaptiveK:
         except ValueError:
             return 0
         if p["mode"] != "adaptive":
+            self.predicted.clear()  # nothing to hold a fixed k's rounds to
             return k_for(p, batch)
         b = bucket(batch)
         if not self.ready():
             return self.current.get(b, p["k"])
-        goodput = self.goodput_by_k(batch, p["k_min"], p["k_max"])
+        modeled = self.goodput_by_k(batch, p["k_min"], p["k_max"])
+        per_seq = max(self.verify_batch or batch, batch)  # the batch goodput_by_k predicts at
+        self.predicted[b] = {k: g / per_seq for k, g in modeled.items()}
+        goodput = {k: g * self.calibration.get((b, k > 0), 1.0) for k, g in modeled.items()}
         best = max(goodput, key=lambda k: (goodput[k], -k))
         now = self.current.get(b)
         # hysteresis between k worth about the same, never for a k predicted below plain's
@@ -144,5 +176,9 @@ class AdaptiveK:
             "hop_ms": None if self.hop_s is None else round(self.hop_s * 1000, 3),
             "rest_costs": self.rest_costs.to_json(),
             "k_by_bucket": {str(b): k for b, k in sorted(self.current.items())},
+            "calibration": {
+                f"{b}/{'speculating' if spec else 'plain'}": round(r, 3)
+                for (b, spec), r in sorted(self.calibration.items())
+            },
             "sweep_s": self.sweep_s,
         }

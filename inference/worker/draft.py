@@ -43,9 +43,10 @@ class DraftLoop(BaseLoop):
         self.shadow: dict[str, int | None] = {}
         # verifier -> (when this round's drafts left, their k), until its results come
         self.sent_to: dict[int, tuple[float, int]] = {}
-        # verifier -> (when its drafts left, its busy seconds: forward and prefills, batch, k,
-        # the sequences going on) of its round whose results came last
-        self.verified: dict[int, tuple[float, float, int, int, frozenset[str]]] = {}
+        # verifier -> its round whose results came last: when its drafts left, the verifier's
+        # busy seconds (forward and prefills), batch, k, the sequences going on, and this
+        # drafter's sequences in it with the tokens they received
+        self.verified: dict[int, tuple[float, float, int, int, frozenset[str], int, int]] = {}
         self.rounds = 0
         self.k_trace: deque[tuple[float, int, int]] = deque(maxlen=256)  # (time, batch, k)
         self.loaded = self.draft_ref()  # what the engine drafts with (boot loaded the config's)
@@ -132,7 +133,17 @@ class DraftLoop(BaseLoop):
             # the verifier's prefills that held the round back are counted as its own work
             busy = verify_s + max(float(p.get("stall_s") or 0.0), 0.0)
             going_on = frozenset(r["seq_id"] for r in p["results"] if not r.get("finished"))
-            self.verified[p["verifier"]] = (sent, busy, vbatch, k_sent, going_on)
+            mine = [r for r in p["results"] if self.verifier_of.get(r["seq_id"]) == p["verifier"]]
+            emitted = sum(len(r["tokens"]) for r in mine)
+            self.verified[p["verifier"]] = (
+                sent,
+                busy,
+                vbatch,
+                k_sent,
+                going_on,
+                len(mine),
+                emitted,
+            )
         if p.get("costs"):
             self.adaptive.merge_verify_costs(p["costs"])
         ks, ns, shadow_n, shadow_ok = [], [], 0, 0
@@ -294,9 +305,12 @@ class DraftLoop(BaseLoop):
         done = self.verified.pop(verifier, None)
         if done is None:
             return
-        last, busy_s, vbatch, k, going_on = done
+        last, busy_s, vbatch, k, going_on, n_mine, emitted = done
         if all(d["seq_id"] in going_on for d in drafts):
-            self.adaptive.observe_round_period(now - last, propose_s, busy_s, vbatch, k)
+            period = now - last
+            a_round = self.adaptive.observe_round_period(period, propose_s, busy_s, vbatch, k)
+            if a_round and n_mine:  # what the k that ran gave, against its prediction
+                self.adaptive.observe_realized(n_mine, k, emitted / n_mine / period)
 
     # Two sequences a round: one draft step over two sequences costs a fraction of the
     # verifier's forward it overlaps, and gives the change detector (which needs 8 recent

@@ -322,3 +322,28 @@ def test_a_convex_cost_curve_is_not_read_low_at_its_ends():
     smooth = table.smoothed(first=2)
     for t, s in true.items():
         assert smooth.measured(8, t) == pytest.approx(s, rel=0.02)
+
+
+def test_the_model_is_held_to_what_the_rounds_measured():
+    """smollm2 at 8 streams: the model priced plain decoding too dear (90 tokens/s predicted,
+    102 measured) and k 1 too cheap (100 predicted here, 88 measured): adaptive k stayed at
+    k 1. Calibrated by the rounds' measured rates it moves to plain decoding and stays."""
+    a = memory_bound()
+    g = {k: 50.0 for k in range(9)} | {0: 90.0, 1: 100.0}
+    a.goodput_by_k = lambda batch, k_min, k_max: g  # type: ignore[method-assign]
+    a.verify_batch = 8
+    assert a.choose(ADAPTIVE, 8) == 1  # predicted 11 % better than plain decoding
+    ks = []
+    for _ in range(20):  # k 1's rounds give each sequence 88 / 8 tokens a second
+        a.observe_realized(8, ks[-1] if ks else 1, 88.0 / 8)
+        ks.append(a.choose(ADAPTIVE, 8))
+    assert ks[-1] == 0 and ks.index(0) <= 12, ks
+    for _ in range(30):  # and plain decoding's 102 / 8
+        a.observe_realized(8, 0, 102.0 / 8)
+        assert a.choose(ADAPTIVE, 8) == 0
+    cal = a.snapshot()["calibration"]
+    assert cal["8/plain"] > 1.08 and cal["8/speculating"] < 0.95
+    # rounds of a fixed k are not held to a prediction nobody made for them
+    a.choose({"mode": "fixed", "k": 4}, 8)
+    a.observe_realized(8, 4, 1.0)
+    assert a.snapshot()["calibration"]["8/speculating"] == cal["8/speculating"]

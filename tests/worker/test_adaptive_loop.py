@@ -199,3 +199,24 @@ def test_round_periods_price_the_rest_of_a_round_but_not_the_prefills_that_held_
     # unreported, the 18 ms of prefills look like the round's own; reported, they are not
     assert held[0.0] is not None and held[0.0] > 0.012
     assert held[0.018] is not None and held[0.018] < 0.008
+
+
+def test_the_rounds_measured_rates_calibrate_the_model_that_chose_their_k(monkeypatch):
+    """Each round's tokens per sequence over its period reach adaptive k beside what the model
+    predicted for the k that ran: a round of 8 sequences, 1 token each, every ~20 ms is ~50
+    tokens per sequence-second."""
+    sent: list = []
+    loop, _ = make_loop(monkeypatch, sent)
+    predicted = 25.0  # the model's rate for whatever k it chooses: measured is twice that
+    monkeypatch.setattr(
+        loop.adaptive,
+        "goodput_by_k",
+        lambda batch, k_min, k_max: {k: predicted * 8 for k in range(k_min, k_max + 1)},
+    )
+    loop.adaptive.merge_verify_costs(VERIFY_COSTS)
+    _timed_rounds(loop, sent, 12, verifier_s=0.020, stall_s=0.0)
+    calibration = loop.adaptive.calibration
+    assert calibration and all(b == 8 for b, _ in calibration), calibration
+    ratio = next(iter(calibration.values()))
+    assert 1.3 < ratio <= 2.0, calibration  # moving from 1 towards ~2 (50 measured / 25)
+    assert loop.adaptive.snapshot()["calibration"]
