@@ -347,3 +347,21 @@ def test_the_model_is_held_to_what_the_rounds_measured():
     a.choose({"mode": "fixed", "k": 4}, 8)
     a.observe_realized(8, 4, 1.0)
     assert a.snapshot()["calibration"]["8/speculating"] == cal["8/speculating"]
+
+
+def test_the_smoothed_table_is_reused_between_a_few_observations():
+    """The drafter asks for it every round (it was ~1.5 ms of a 2 ms choice): reused for
+    SMOOTH_EVERY observations, remade after more, at once after a new cell or a merge."""
+    t = StepCosts.from_json([[8, k, 0.001 * k, 4] for k in (1, 2, 4)])
+    first = t.smoothed()
+    t.observe(8, 2, 0.005)
+    assert t.smoothed() is first
+    t.observe(8, 3, 0.003)  # a new cell
+    second = t.smoothed()
+    assert second is not first and second.measured(8, 3) is not None
+    for _ in range(StepCosts.SMOOTH_EVERY):
+        t.observe(8, 2, 0.005)
+    assert t.smoothed() is not second
+    third = t.smoothed()
+    t.merge(StepCosts.from_json([[8, 2, 0.002, 4]]))
+    assert t.smoothed() is not third
