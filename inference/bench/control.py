@@ -46,7 +46,9 @@ from inference.training.draft_data import PROMPTS_FILE as DRAFT_PROMPTS
 
 from .control_figures import (
     held_out_best,
+    k_rounds,
     per_position,
+    per_position_of_rows,
     round_batches,
     settle_rounds,
     settle_rounds_among,
@@ -55,7 +57,7 @@ from .control_figures import (
 from .control_planner import planner_errors, simulated_errors
 from .serving import _prompts, bench_key
 from .serving_clients import drive
-from .stack import NO_DATABASE, Stack, free_port, wait_for
+from .stack import NO_DATABASE, Stack, free_port, wait_for, wait_rows
 
 ADAPTIVE = {"mode": "adaptive", "k_min": 0, "k_max": 8, "k": 4}
 
@@ -236,6 +238,11 @@ def bench(*, models: Path, plan: str, log=print, pipelines=("demo", "smollm2")) 
                     "best_fixed_held_out_tokens_per_s": c.get("best_fixed_held_out"),
                     "adaptive_vs_plain": round(c["adaptive"] / c["fixed"][0], 3),
                     "drafter_batch_mean": {str(k): v for k, v in c["drafter_batch_mean"].items()},
+                    "adaptive_k_rounds": {str(k): v for k, v in c["adaptive_k_rounds"].items()},
+                    "adaptive_state": {
+                        key: (c.get("drafter") or {}).get(key)
+                        for key in ("k_by_bucket", "calibration")
+                    },
                 }
             figures = planner_errors(nodes, cells, pipeline, log, how["max_tokens"])
             errors.append(figures.pop("planner_real_error_max_pct"))
@@ -295,6 +302,8 @@ def _measure(name, pipeline, nodes, base, key, how, stack, log):
             runs: dict[Any, list[float]] = {k: [] for k in [*ks, "adaptive"]}
             batches: dict[Any, list[int]] = {k: [] for k in ks}  # the drafter's round batches
             accept: list[float] = []
+            top_ids: list[str] = []  # the generations of the largest fixed k's runs
+            adaptive_ks: dict[int, int] = {}
             for _ in range(reps):
                 # every configuration of a repetition runs the same prompts: their lengths
                 # (prefill) moved a run's tokens/s more than k did, and a fixed seed gave
@@ -306,12 +315,19 @@ def _measure(name, pipeline, nodes, base, key, how, stack, log):
                     res = _run(base, key, work, n, requests, max_tokens, rng, prompts)
                     runs[k].append(res["tokens_per_s"])
                     batches[k] += round_batches(nodes, began)
-                    if k == max(ks) and not accept:
-                        accept = per_position(nodes)
+                    if k == max(ks):
+                        top_ids += res["ids"]
+                        accept = accept or per_position(nodes)
                 _set_policy(pipeline, ADAPTIVE)
+                began = time.time()
                 runs["adaptive"].append(
                     _run(base, key, work, n, requests, max_tokens, rng, prompts)["tokens_per_s"]
                 )
+                for k, rounds in k_rounds(nodes, began).items():  # what adaptive k drafted
+                    adaptive_ks[k] = adaptive_ks.get(k, 0) + rounds
+            if pipeline.drafter_kind == "model":  # every draft asks for k: the rows say it
+                wait_rows(top_ids, stack)
+                accept = per_position_of_rows(top_ids, max(ks)) or accept
             mean = {k: sum(v) / len(v) for k, v in runs.items()}
             cells[(n, phase)] = {
                 "fixed": {k: mean[k] for k in ks},
@@ -323,6 +339,7 @@ def _measure(name, pipeline, nodes, base, key, how, stack, log):
                     k: round(sum(b) / len(b), 2) if b else None for k, b in batches.items()
                 },
                 "adaptive": mean["adaptive"],
+                "adaptive_k_rounds": dict(sorted(adaptive_ks.items())),
                 "per_position": accept,
                 # the planner's cost inputs as this cell's runs left them (the round trip's
                 # hop, the step costs): a snapshot at the end of the bench holds the last
@@ -333,7 +350,8 @@ def _measure(name, pipeline, nodes, base, key, how, stack, log):
             log(
                 f"{name} N={n} {phase:5s} fixed k: "
                 + " ".join(f"{k}:{mean[k]:.0f}" for k in ks)
-                + f" | adaptive {mean['adaptive']:.0f} tok/s | drafter batch "
+                + f" | adaptive {mean['adaptive']:.0f} tok/s (k: rounds {adaptive_ks})"
+                + " | drafter batch "
                 + " ".join(f"{k}:{v}" for k, v in cells[(n, phase)]["drafter_batch_mean"].items())
             )
         _set_policy(pipeline, ADAPTIVE)

@@ -20,6 +20,23 @@ def per_position(nodes) -> list[float]:
     return [float(p) for p in (snap.get("acceptance") or {}).get("per_position") or []]
 
 
+def per_position_of_rows(ids: list[str], k: int) -> list[float] | None:
+    """P(drafts 0..i accepted) over every draft of the finished generations `ids`, from the
+    ledger's rows (vLLM's per-draft counters): for a model drafter at fixed k each draft asks
+    for k tokens, so this is per token asked, over whole runs rather than the drafter's
+    decayed memory of its last rounds (read once, it swung with the last run's prompts).
+    None when no draft was made."""
+    from inference.models import Generation
+
+    drafts, accepted = 0, [0] * k
+    for counters in Generation.objects.filter(pk__in=ids).values_list("counters", flat=True):
+        c = counters or {}
+        drafts += int(c.get("num_drafts") or 0)
+        for i, n in enumerate((c.get("num_accepted_tokens_per_pos") or [])[:k]):
+            accepted[i] += int(n)
+    return [a / drafts for a in accepted] if drafts else None
+
+
 def held_out_best(runs: dict, ks: list[int]) -> float | None:
     """The best fixed k's goodput without the winner's curse: the k is picked on one
     repetition and its goodput read on the other (each way round, averaged). The max of five
@@ -43,6 +60,19 @@ def round_batches(nodes, since: float) -> list[int]:
     time.sleep(1.0)  # the drafter's inspection is republished within a second
     trace = (node_inspect(nodes["draft"][0].pk) or {}).get("k_trace") or []
     return [int(b) for t, b, _k in trace if t >= since]
+
+
+def k_rounds(nodes, since: float) -> dict[int, int]:
+    """How many of the drafter's rounds since `since` drafted each k (its trace)."""
+    from inference.selectors import node_inspect
+
+    time.sleep(1.0)
+    trace = (node_inspect(nodes["draft"][0].pk) or {}).get("k_trace") or []
+    out: dict[int, int] = {}
+    for t, _b, k in trace:
+        if t >= since:
+            out[int(k)] = out.get(int(k), 0) + 1
+    return dict(sorted(out.items()))
 
 
 def settle_rounds(trace: list, switch_at: float, *, share: float = 0.9) -> int | None:

@@ -96,3 +96,20 @@ def test_the_steady_rate_leaves_out_the_tail_of_the_slowest_clients():
     slow = {"arrivals": [(t, 1) for t in range(1, 15)]}  # 10 by 10 s, then 4 alone
     assert steady_rate([fast, slow], 0.0, 10.0) == pytest.approx(3.0)  # 30 tokens / 10 s
     assert steady_rate([fast, slow], 5.0, 5.0) is None
+
+
+@pytest.mark.django_db
+def test_per_position_acceptance_is_read_over_whole_runs_from_the_ledgers_rows():
+    from inference.bench.control_figures import per_position_of_rows
+    from inference.models import Generation
+    from tests.factories import make_pipeline
+
+    pipeline = make_pipeline()
+    rows = [  # 3 drafts of 4 tokens: accepted 4, 2 and 0 tokens; a row with no drafts
+        {"num_drafts": 2, "num_accepted_tokens_per_pos": [2, 2, 1, 1]},
+        {"num_drafts": 1, "num_accepted_tokens_per_pos": []},
+        {},
+    ]
+    ids = [str(Generation.objects.create(pipeline=pipeline, counters=c).pk) for c in rows]
+    assert per_position_of_rows(ids, 4) == pytest.approx([2 / 3, 2 / 3, 1 / 3, 1 / 3])
+    assert per_position_of_rows(ids[2:], 4) is None
