@@ -333,7 +333,7 @@ def test_the_model_is_held_to_what_the_rounds_measured():
     a.goodput_by_k = lambda batch, k_min, k_max: g  # type: ignore[method-assign]
     a.verify_batch = 8
     assert a.choose(ADAPTIVE, 8) == 1  # predicted 11 % better than plain decoding
-    ks = []
+    ks: list[int] = []
     for _ in range(20):  # k 1's rounds give each sequence 88 / 8 tokens a second
         a.observe_realized(8, ks[-1] if ks else 1, 88.0 / 8)
         ks.append(a.choose(ADAPTIVE, 8))
