@@ -33,7 +33,6 @@ over both pipelines:
 from __future__ import annotations
 
 import json
-import os
 import random
 import string
 import sys
@@ -57,7 +56,7 @@ from .control_figures import (
 from .control_planner import planner_errors, simulated_errors
 from .serving import _prompts, bench_key
 from .serving_clients import drive
-from .stack import NO_DATABASE, Stack, free_port, wait_for, wait_rows
+from .stack import Stack, free_port, spawn_node, wait_for, wait_rows
 
 ADAPTIVE = {"mode": "adaptive", "k_min": 0, "k_max": 8, "k": 4}
 
@@ -172,7 +171,6 @@ def bench(*, models: Path, plan: str, log=print, pipelines=("demo", "smollm2")) 
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     stack = Stack(log)
-    threads = str(max(1, (os.cpu_count() or 2) // 2))
     report: dict[str, Any] = {"config": {"plan": plan, **how}}
     try:
         stack.spawn(
@@ -199,18 +197,7 @@ def bench(*, models: Path, plan: str, log=print, pipelines=("demo", "smollm2")) 
                 continue
             served[name] = (pipeline, nodes)
             for role, (node, token) in nodes.items():
-                stack.spawn(
-                    f"{name}-{role}",
-                    [sys.executable, "manage.py", "run_node", "--role", role],
-                    {
-                        "DATABASE_URL": NO_DATABASE,
-                        "TANDEM_NODE_ID": str(node.pk),
-                        "TANDEM_NODE_TOKEN": token,
-                        "TANDEM_API_URL": base,
-                        "OMP_NUM_THREADS": threads,
-                        **env,
-                    },
-                )
+                spawn_node(stack, f"{name}-{role}", role, node, token, base, env)
 
         def online():
             from fleet.nodes.models import Node

@@ -30,7 +30,7 @@ from inference.engine.counters import SpecCounters
 from .draft import alpha
 from .serving import bench_key
 from .serving_clients import drive
-from .stack import NO_DATABASE, Stack, free_port, wait_for, wait_rows
+from .stack import Stack, free_port, spawn_node, wait_for, wait_rows
 
 ADAPTIVE = {"mode": "adaptive", "k_min": 0, "k_max": 8, "k": 4}
 
@@ -105,7 +105,6 @@ def bench_workers(
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     stack = Stack(log)
-    threads = str(max(1, (os.cpu_count() or 2) // 2))
     configs = configurations(k)
     try:
         stack.spawn(
@@ -131,19 +130,8 @@ def bench_workers(
             node, token = node_register(name=f"bench-draft-{role}", profile=profile, roles=[role])
             Placement.objects.create(pipeline=pipeline, node=node, role=role)
             nodes[role] = node
-            stack.spawn(
-                f"smollm2-{role}",
-                [sys.executable, "manage.py", "run_node", "--role", role],
-                {
-                    "DATABASE_URL": NO_DATABASE,
-                    "TANDEM_NODE_ID": str(node.pk),
-                    "TANDEM_NODE_TOKEN": token,
-                    "TANDEM_API_URL": base,
-                    "OMP_NUM_THREADS": threads,
-                    "TANDEM_NODE_SLOTS": "8",
-                    **PIPELINES["smollm2"].worker_env,
-                },
-            )
+            env = {"TANDEM_NODE_SLOTS": "8", **PIPELINES["smollm2"].worker_env}
+            spawn_node(stack, f"smollm2-{role}", role, node, token, base, env)
 
         def online() -> bool:
             from fleet.nodes.models import Node

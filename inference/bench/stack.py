@@ -140,6 +140,23 @@ class Stack:
         )
 
 
+def spawn_node(stack: Stack, name: str, role: str, node, token: str, base: str, env: dict) -> None:
+    """A `run_node` worker for a registered node, without a database (as in production), one
+    torch thread per two cores (a drafter and a verifier share the machine)."""
+    stack.spawn(
+        name,
+        [sys.executable, "manage.py", "run_node", "--role", role],
+        {
+            "DATABASE_URL": NO_DATABASE,
+            "TANDEM_NODE_ID": str(node.pk),
+            "TANDEM_NODE_TOKEN": token,
+            "TANDEM_API_URL": base,
+            "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 2) // 2)),
+            **env,
+        },
+    )
+
+
 def wait_for(check, timeout: float, what: str, stack: Stack) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
