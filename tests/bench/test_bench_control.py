@@ -113,3 +113,25 @@ def test_per_position_acceptance_is_read_over_whole_runs_from_the_ledgers_rows()
     ids = [str(Generation.objects.create(pipeline=pipeline, counters=c).pk) for c in rows]
     assert per_position_of_rows(ids, 4) == pytest.approx([2 / 3, 2 / 3, 1 / 3, 1 / 3])
     assert per_position_of_rows(ids[2:], 4) is None
+
+
+def test_the_request_overhead_is_calibrated_on_the_other_ks_runs(monkeypatch):
+    """A request takes F + tokens / r(k); F comes from the other k's measured runs (median),
+    so one slow run neither damps every prediction nor predicts itself (k 0 used to be its
+    own calibration point: 0 % error by construction)."""
+    from types import SimpleNamespace
+
+    from fleet.planner import model
+    from inference.bench.control_planner import _client_rates
+
+    rate = {0: 100.0, 1: 150.0, 2: 200.0, 4: 300.0}  # the model's tokens/s per sequence
+    monkeypatch.setattr(
+        model, "predict", lambda m, k, batch: SimpleNamespace(goodput_tps=rate[k] * batch)
+    )
+    tokens, f = 48, 0.2  # every request pays 0.2 s besides its tokens
+    measured = {k: tokens / (f + tokens / r) for k, r in rate.items()}
+    measured[0] *= 0.7  # plain decoding's run was slow by chance
+    pred = _client_rates(None, measured, 1, tokens)
+    for k in (1, 2, 4):
+        assert pred[k] == pytest.approx(tokens / (f + tokens / rate[k]), rel=0.01)
+    assert pred[0] == pytest.approx(measured[0] / 0.7, rel=0.01)  # not its own measurement
