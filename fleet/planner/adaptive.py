@@ -148,8 +148,8 @@ class AdaptiveK:
         if not self.ready():
             return self.current.get(b, p["k"])
         modeled = self.goodput_by_k(batch, p["k_min"], p["k_max"])
-        per_seq = max(self.verify_batch or batch, batch)  # the batch goodput_by_k predicts at
-        self.predicted[b] = {k: g / per_seq for k, g in modeled.items()}
+        at_batch = max(self.verify_batch or batch, batch)  # the batch goodput_by_k predicts at
+        self.predicted[b] = {k: g / at_batch for k, g in modeled.items()}
         goodput = {k: g * self.calibration.get((b, k > 0), 1.0) for k, g in modeled.items()}
         best = max(goodput, key=lambda k: (goodput[k], -k))
         now = self.current.get(b)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import time
 
+from inference.engine.counters import SpecCounters
+
 
 def per_position(nodes) -> list[float]:
     """P(drafts 0..i accepted) per token asked of the drafter, as its adaptive k measured it
@@ -20,6 +22,14 @@ def per_position(nodes) -> list[float]:
     return [float(p) for p in (snap.get("acceptance") or {}).get("per_position") or []]
 
 
+def counters_of(rows: list[dict]) -> SpecCounters:
+    """Finished generations' speculative counters (as ``Generation.counters``), merged."""
+    total = SpecCounters()
+    for c in rows:
+        total.merge(SpecCounters.from_dict(c or {}))
+    return total
+
+
 def per_position_of_rows(ids: list[str], k: int) -> list[float] | None:
     """P(drafts 0..i accepted) over every draft of the finished generations `ids`, from the
     ledger's rows (vLLM's per-draft counters): for a model drafter at fixed k each draft asks
@@ -28,13 +38,12 @@ def per_position_of_rows(ids: list[str], k: int) -> list[float] | None:
     None when no draft was made."""
     from inference.models import Generation
 
-    drafts, accepted = 0, [0] * k
-    for counters in Generation.objects.filter(pk__in=ids).values_list("counters", flat=True):
-        c = counters or {}
-        drafts += int(c.get("num_drafts") or 0)
-        for i, n in enumerate((c.get("num_accepted_tokens_per_pos") or [])[:k]):
-            accepted[i] += int(n)
-    return [a / drafts for a in accepted] if drafts else None
+    rows = Generation.objects.filter(pk__in=ids).values_list("counters", flat=True)
+    c = counters_of(list(rows))
+    if not c.num_drafts:
+        return None
+    accepted = (c.num_accepted_tokens_per_pos + [0] * k)[:k]
+    return [a / c.num_drafts for a in accepted]
 
 
 def held_out_best(runs: dict, ks: list[int]) -> float | None:

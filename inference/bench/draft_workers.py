@@ -25,14 +25,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from inference.engine.counters import SpecCounters
-
+from .control import ADAPTIVE
+from .control_figures import counters_of, k_rounds
 from .draft import alpha
 from .serving import bench_key
 from .serving_clients import drive
 from .stack import Stack, free_port, spawn_node, wait_for, wait_rows
-
-ADAPTIVE = {"mode": "adaptive", "k_min": 0, "k_max": 8, "k": 4}
 
 
 def configurations(k: int) -> dict[str, tuple[str, dict]]:
@@ -51,22 +49,6 @@ PLANS: dict[str, dict[str, Any]] = {
     "quick": {"prompts": 8, "max_tokens": 48, "reps": 1, "streams": (1, 8)},
     "smoke": {"prompts": 2, "max_tokens": 8, "reps": 1, "streams": (2,)},
 }
-
-
-def counters_of(rows: list[dict]) -> SpecCounters:
-    """The generations' speculative counters merged (rows as ``Generation.counters``)."""
-    total = SpecCounters()
-    for c in rows:
-        total.merge(
-            SpecCounters(
-                num_drafts=int(c.get("num_drafts") or 0),
-                num_draft_tokens=int(c.get("num_draft_tokens") or 0),
-                num_accepted_tokens=int(c.get("num_accepted_tokens") or 0),
-                num_accepted_tokens_per_pos=list(c.get("num_accepted_tokens_per_pos") or []),
-                num_draft_tokens_per_pos=list(c.get("num_draft_tokens_per_pos") or []),
-            )
-        )
-    return total
 
 
 def identical_to_plain(outputs: dict[str, dict[int, list[list[int]]]]) -> dict[str, Any]:
@@ -129,17 +111,16 @@ def bench_workers(
         for role in ("draft", "verify"):
             node, token = node_register(name=f"bench-draft-{role}", profile=profile, roles=[role])
             Placement.objects.create(pipeline=pipeline, node=node, role=role)
-            nodes[role] = node
+            nodes[role] = (node, token)
             env = {"TANDEM_NODE_SLOTS": "8", **PIPELINES["smollm2"].worker_env}
             spawn_node(stack, f"smollm2-{role}", role, node, token, base, env)
+
+        node_ids = [node.pk for node, _ in nodes.values()]
 
         def online() -> bool:
             from fleet.nodes.models import Node
 
-            return (
-                Node.objects.filter(pk__in=[n.pk for n in nodes.values()], state="online").count()
-                == 2
-            )
+            return Node.objects.filter(pk__in=node_ids, state="online").count() == 2
 
         wait_for(online, 300, "the workers to come online", stack)
         tok = Tokenizer.from_dir(target)
@@ -187,6 +168,7 @@ def _measure(pipeline, nodes, base, key, texts, configs, how, stack, log) -> dic
     decided: dict[int, dict] = {}  # streams -> adaptive's k by batch, and its acceptance
     outputs: dict[str, dict[int, list[list[int]]]] = {name: {} for name in configs}
     counters: dict[str, list[dict]] = {name: [] for name in configs}
+    index = {text: i for i, text in enumerate(texts)}
     for n in how["streams"]:
         tps[n] = {name: [] for name in configs}
         # prompt i goes to client i % n: every configuration runs the same prompts the same way
@@ -205,26 +187,21 @@ def _measure(pipeline, nodes, base, key, texts, configs, how, stack, log) -> dic
                 )
                 tps[n][name].append(r["tokens_per_s"])
                 wait_rows(r["ids"], stack)
-                rows = {str(g.pk): g for g in Generation.objects.filter(pk__in=r["ids"])}
                 # drive's records are in completion order per client; map back by prompt text
-                for g in rows.values():
-                    i = texts.index(g.prompt) if g.prompt in texts else -1
+                for g in Generation.objects.filter(pk__in=r["ids"]):
+                    i = index.get(g.prompt, -1)
                     outputs[name].setdefault(i, []).append(list(g.output_tokens))
                     counters[name].append(g.counters or {})
                 if name == "adaptive":
-                    time.sleep(1.0)  # the drafter republishes its inspection every second
-                    seen = node_inspect(nodes["draft"].pk) or {}
-                    snap = seen.get("adaptive") or {}
+                    hist = adaptive_ks.setdefault(n, {})
+                    for k_used, rounds in k_rounds(nodes, began).items():
+                        hist[k_used] = hist.get(k_used, 0) + rounds
+                    snap = (node_inspect(nodes["draft"][0].pk) or {}).get("adaptive") or {}
                     decided[n] = {  # what it decided from: its acceptance and cost tables
                         "k_by_bucket": snap.get("k_by_bucket"),
                         "per_position": (snap.get("acceptance") or {}).get("per_position"),
                         **{c: snap.get(c) for c in ("draft_costs", "verify_costs", "rest_costs")},
                     }
-                    trace = seen.get("k_trace") or []
-                    hist = adaptive_ks.setdefault(n, {})
-                    for t, _batch, k_used in trace:
-                        if t >= began:
-                            hist[k_used] = hist.get(k_used, 0) + 1
                 log(f"  N={n} {name:8s} {r['tokens_per_s']:.1f} tok/s")
     mean = {n: {name: sum(v) / len(v) for name, v in c.items()} for n, c in tps.items()}
     greedy = identical_to_plain(outputs)

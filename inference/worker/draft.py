@@ -124,6 +124,8 @@ class DraftLoop(BaseLoop):
     def _measure(self, p: dict) -> None:
         """What a results message tells adaptive k: the round trip, the verifier's costs,
         and how many of each sequence's drafts (or shadow draft) were accepted."""
+        # this drafter's sequences on that verifier (not a stale verifier's, not unknown)
+        mine = [r for r in p["results"] if self.verifier_of.get(r["seq_id"]) == p["verifier"]]
         sent_k = self.sent_to.pop(p["verifier"], None)
         if sent_k is not None:
             sent, k_sent = sent_k
@@ -133,7 +135,6 @@ class DraftLoop(BaseLoop):
             # the verifier's prefills that held the round back are counted as its own work
             busy = verify_s + max(float(p.get("stall_s") or 0.0), 0.0)
             going_on = frozenset(r["seq_id"] for r in p["results"] if not r.get("finished"))
-            mine = [r for r in p["results"] if self.verifier_of.get(r["seq_id"]) == p["verifier"]]
             emitted = sum(len(r["tokens"]) for r in mine)
             self.verified[p["verifier"]] = (
                 sent,
@@ -147,10 +148,8 @@ class DraftLoop(BaseLoop):
         if p.get("costs"):
             self.adaptive.merge_verify_costs(p["costs"])
         ks, ns, shadow_n, shadow_ok = [], [], 0, 0
-        for r in p["results"]:
+        for r in mine:
             gid = r["seq_id"]
-            if self.verifier_of.get(gid) != p["verifier"]:  # not this verifier's sequence
-                continue
             k = self.drafted_k.pop(gid, 0)
             if k:
                 ks.append(k)
