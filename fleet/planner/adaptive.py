@@ -12,10 +12,15 @@ from flapping between two k of equal worth.
 
 The model is then held to what the rounds measured: the tokens each sequence received per
 second of round, against the rate the model predicted for the k that ran, give a calibration
-per batch bucket -- one for plain decoding, one for speculation -- that scales the model's
-predictions before they are compared. A model that prices plain decoding too dear (smollm2 at
-8 streams: 90 tokens/s predicted, 102 measured, k 1 predicted 93 and measured 88) stops
-preferring the k that loses after a few rounds of it.
+per (batch bucket, k) that scales the model's prediction for that k before the k's are
+compared. A model that prices plain decoding too dear (smollm2 at 8 streams: 90 tokens/s
+predicted, 102 measured, k 1 predicted 93 and measured 88) stops preferring the k that loses
+after a few rounds of it. Per k, not pooled: on smollm2 at 1 stream of code the model was
+right for k 1-5 and too generous for k 6-8; one speculation figure pooled over them fell to
+0.78 and priced every k under plain decoding, which measured 15 % below k 1-5. A k that has
+not run is taken at the model's word, and a k's evidence fades towards the model as it ages (a
+half-life in rounds), so a k condemned by a bad patch is tried again later and its verdict
+renewed, rather than never run and never cleared.
 
 While k = 0 no draft is verified, so nothing would tell it when drafts become worth it
 again: the drafter then drafts one token "in the shadow" for a few sequences after sending
@@ -35,9 +40,13 @@ HYSTERESIS = 0.03  # a new k must beat the current one by 3 % to replace it
 # smollm2 at 8 streams priced k 1-2 level with plain decoding, and they measured 12-21 % below
 # it; adaptive k went there on the acceptance's noise and lost 8 % to plain decoding.
 SPECULATION_MARGIN = 0.08
-# Weight of a round in its bucket's calibration (realized / predicted rate): ~10 rounds of memory
+# Weight of a round in its k's calibration (realized / predicted rate): ~10 rounds of memory
 CALIBRATION_WEIGHT = 0.1
 CALIBRATION_RANGE = (0.5, 2.0)  # one odd round cannot swing it further
+# A k's calibration fades half-way back to the model's word in this many rounds of its bucket
+# without it (~10 s at 1 stream): a k condemned by a bad patch is retried once its penalty has
+# faded below the hysteresis, one round's cost, and its verdict renewed from where it faded to
+CALIBRATION_HALF_LIFE = 200
 
 
 class AdaptiveK:
@@ -51,8 +60,10 @@ class AdaptiveK:
         self.verify_batch: float | None = None
         self.current: dict[int, int] = {}  # batch bucket -> k in use
         self.sweep_s: float | None = None  # the start-up sweep's duration
-        # (batch bucket, speculating) -> measured / predicted tokens per sequence-second
-        self.calibration: dict[tuple[int, bool], float] = {}
+        # (batch bucket, k) -> (measured / predicted tokens per sequence-second, the bucket's
+        # round count when last measured)
+        self.calibration: dict[tuple[int, int], tuple[float, int]] = {}
+        self.rounds_in: dict[int, int] = {}  # batch bucket -> choices made for it (the clock)
         # batch bucket -> k -> the model's tokens per sequence-second at the last choice
         self.predicted: dict[int, dict[int, float]] = {}
 
@@ -98,9 +109,25 @@ class AdaptiveK:
             return
         low, high = CALIBRATION_RANGE
         ratio = min(max(tokens_per_seq_s / pred, low), high)
-        key = (b, k > 0)
-        old = self.calibration.get(key, 1.0)
-        self.calibration[key] = old + CALIBRATION_WEIGHT * (ratio - old)
+        # from the figure this k was judged by (its own, faded)
+        old = self.calibration_of(b, k)
+        self.calibration[(b, k)] = (
+            old + CALIBRATION_WEIGHT * (ratio - old),
+            self.rounds_in.get(b, 0),
+        )
+
+    def _faded(self, b: int, entry: tuple[float, int]) -> float:
+        ratio, at = entry
+        age = max(self.rounds_in.get(b, 0) - at, 0)
+        return 1.0 + (ratio - 1.0) * 0.5 ** (age / CALIBRATION_HALF_LIFE)
+
+    def calibration_of(self, b: int, k: int) -> float:
+        """The factor the model's prediction for k at batch bucket `b` is scaled by: k's own
+        measured calibration, faded by its age; 1 (the model's word) for a k never measured
+        here. Not borrowed from the other k's: a k that inherits its neighbour's penalty is
+        never run, so never cleared, and one k's verdict cannot then outlive its own rounds."""
+        own = self.calibration.get((b, k))
+        return 1.0 if own is None else self._faded(b, own)
 
     def merge_verify_costs(self, rows) -> None:
         """The verifier's table, as it sent it (its cells replace ours)."""
@@ -145,12 +172,13 @@ class AdaptiveK:
             self.predicted.clear()  # nothing to hold a fixed k's rounds to
             return k_for(p, batch)
         b = bucket(batch)
+        self.rounds_in[b] = self.rounds_in.get(b, 0) + 1
         if not self.ready():
             return self.current.get(b, p["k"])
         modeled = self.goodput_by_k(batch, p["k_min"], p["k_max"])
         at_batch = max(self.verify_batch or batch, batch)  # the batch goodput_by_k predicts at
         self.predicted[b] = {k: g / at_batch for k, g in modeled.items()}
-        goodput = {k: g * self.calibration.get((b, k > 0), 1.0) for k, g in modeled.items()}
+        goodput = {k: g * self.calibration_of(b, k) for k, g in modeled.items()}
         best = max(goodput, key=lambda k: (goodput[k], -k))
         now = self.current.get(b)
         # hysteresis between k worth about the same, never for a k predicted below plain's
@@ -177,8 +205,8 @@ class AdaptiveK:
             "rest_costs": self.rest_costs.to_json(),
             "k_by_bucket": {str(b): k for b, k in sorted(self.current.items())},
             "calibration": {
-                f"{b}/{'speculating' if spec else 'plain'}": round(r, 3)
-                for (b, spec), r in sorted(self.calibration.items())
+                f"{b}/{k}": round(self._faded(b, e), 3)
+                for (b, k), e in sorted(self.calibration.items())
             },
             "sweep_s": self.sweep_s,
         }
