@@ -124,6 +124,35 @@ def test_shadow_drafts_at_k0_bring_drafting_back(monkeypatch):
     assert max(back) > 0
 
 
+def test_shadow_drafts_keep_to_their_share_of_the_drafters_time(monkeypatch):
+    """A model drafter's shadow draft is a forward pass on the cores the verifier uses: run
+    every round it cost plain decoding ~15 % at 8 streams (bench_draft, session 14). Within
+    SHADOW_BUDGET of the drafter's time it runs every few rounds; a free one, every round."""
+    shadows = {}
+    for cost_s in (0.0, 0.02):
+        sent: list = []
+        loop, _ = make_loop(monkeypatch, sent)
+        rounds(loop, sent, 20, accept=lambda k: 0, next_token=9)
+        assert loop.adaptive.current.get(8) == 0
+        calls = []
+        propose = loop.engine.drafter.propose
+
+        def timed(requests, propose=propose, cost_s=cost_s, calls=calls):
+            if requests and all(k == 1 for _, k in requests):  # a shadow draft
+                calls.append(1)
+                time.sleep(cost_s)
+            return propose(requests)
+
+        monkeypatch.setattr(loop.engine.drafter, "propose", timed)
+        for _ in range(40):  # rounds of ~10 ms
+            rounds(loop, sent, 1, accept=lambda k: 0, next_token=9)
+            time.sleep(0.01)
+        shadows[cost_s] = len(calls)
+    assert shadows[0.0] == 40
+    # 0.1 of ~0.4-0.6 s, and the credit saved before (at most 0.1 s): ~8 of 20 ms each
+    assert 2 <= shadows[0.02] <= 12, shadows
+
+
 def test_only_a_sequences_own_peers_act_on_it(monkeypatch):
     """Within a pipeline too, a node acts only as itself: drafts for a sequence come from its
     own drafter (`wire.receive` names the real sender), results and cancels from its own
