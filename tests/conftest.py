@@ -133,3 +133,39 @@ def pytest_collection_modifyitems_serialized_first(items):
     tail = items[first:]
     tail.sort(key=lambda item: 0 if _serialized(item) else 1)  # stable: keeps the rest's order
     items[first:] = tail
+
+
+# The PostgreSQL pass of .ci/run (`--database-tests-only`): the tests whose outcome the
+# database can change, i.e. those that use it (a django_db marker, a database fixture, a live
+# server), less those that drive a browser: their pages' queries are the views' queries, which
+# the view and API tests run on PostgreSQL, and they were half of that pass's time (~500 of
+# ~1,000 s on 2 cores). A test without a database gives the same answer on either.
+DATABASE_FIXTURES = {"db", "transactional_db", "live_server", "django_db_serialized_rollback"}
+
+
+def uses_the_database(item) -> bool:
+    if item.get_closest_marker("django_db"):
+        return True
+    return bool(DATABASE_FIXTURES & set(getattr(item, "fixturenames", ())))
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--database-tests-only",
+        action="store_true",
+        help="run only the tests that use the database and drive no browser (.ci/run's "
+        "PostgreSQL pass)",
+    )
+
+
+@pytest.hookimpl(tryfirst=True, specname="pytest_collection_modifyitems")
+def pytest_collection_modifyitems_database_only(config, items):
+    if not config.getoption("--database-tests-only"):
+        return
+    keep, drop = [], []
+    for item in items:
+        wanted = uses_the_database(item) and not item.get_closest_marker("browser")
+        (keep if wanted else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep

@@ -399,6 +399,7 @@ def pipeline_model_of_counts(
         draft_curve=m.get("draft_curve"),
         verify_costs=m.get("verify_costs"),
         draft_costs=m.get("draft_costs"),
+        calibration=m.get("calibration"),
         n_verifiers=serving(PlacementRole.VERIFY),
         n_drafters=serving(PlacementRole.DRAFT),
         drafter_kind=pipeline.drafter_kind,
@@ -440,4 +441,9 @@ def sources_label(m: PipelineModel, measured_inputs: dict | None = None) -> dict
         else ("calibrated roofline" if m.verify_scale != 1.0 else src(m.verify_curve)),
         "draft_step": "measured by the nodes" if m.draft_costs is not None else src(m.draft_curve),
         "overhead": "measured" if m.overhead_curve is not None else "none",
+        "calibration": (
+            f"measured by the drafter ({len(m.calibration)} batch and k cells)"
+            if m.calibration
+            else "none"
+        ),
     }

@@ -243,6 +243,10 @@ class PipelineModel:
     # The roofline's verify step times this: measured / roofline at the measured point
     # (one operating point gives a level, not a slope).
     verify_scale: float = 1.0
+    # What the running pipeline's rounds realized against this model's prediction, by
+    # (batch bucket, k): the drafter's adaptive k calibration (`fleet.planner.adaptive`),
+    # published with its costs. A prediction for a measured (bucket, k) is scaled by it.
+    calibration: dict[tuple[int, int], float] | None = None
 
     def with_(self, **changes) -> PipelineModel:
         return replace(self, **changes)
@@ -380,6 +384,8 @@ def round_of(m: PipelineModel, *, k: int, batch: float) -> Round:
     round_s = draft_time + t_v + m.rest_s(b, k) + overhead
     E = m.E(k)
     goodput = V * b * E / round_s if (V > 0 and round_s > 0) else 0.0
+    if m.calibration:
+        goodput *= m.calibration.get((bucket(b), k), 1.0)
     return Round(k, b, t_v, draft_time, round_s, E, goodput)
 
 

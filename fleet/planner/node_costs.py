@@ -16,8 +16,9 @@ logger = logging.getLogger(__name__)
 
 
 def node_step_costs(verifiers: list[int], drafters: list[int]) -> dict:
-    """{"verify_costs": StepCosts, "draft_costs": StepCosts} for what the nodes published
-    (each key only when some node did); {} when Redis cannot be read."""
+    """{"verify_costs": StepCosts, "draft_costs": StepCosts, "calibration": {(bucket, k):
+    factor}} for what the nodes published (each key only when some node did; the calibration
+    is the drafter's adaptive k's); {} when Redis cannot be read."""
     ids = [*verifiers[:8], *drafters[:8]]
     if not ids:
         return {}
@@ -37,7 +38,31 @@ def node_step_costs(verifiers: list[int], drafters: list[int]) -> dict:
             if len(costs):
                 out["verify_costs"] = costs
         if node_id in drafters and "draft_costs" not in out:
-            costs = StepCosts.from_json((record.get("adaptive") or {}).get("draft_costs"))
+            adaptive = record.get("adaptive") or {}
+            costs = StepCosts.from_json(adaptive.get("draft_costs"))
             if len(costs):
                 out["draft_costs"] = costs
+                calibration = calibration_from_json(adaptive.get("calibration"))
+                if calibration:
+                    out["calibration"] = calibration
+    return out
+
+
+def calibration_from_json(raw) -> dict[tuple[int, int], float]:
+    """A drafter's published calibration ({"batch bucket/k": factor}) as the model takes it;
+    what does not parse, or lies outside adaptive k's own clamp, is left out."""
+    from fleet.planner.adaptive import CALIBRATION_RANGE
+
+    out: dict[tuple[int, int], float] = {}
+    if not isinstance(raw, dict):
+        return out
+    low, high = CALIBRATION_RANGE
+    for key, value in raw.items():
+        try:
+            b, k = (int(x) for x in str(key).split("/"))
+            factor = float(value)
+        except (TypeError, ValueError):
+            continue
+        if b >= 1 and k >= 0 and low <= factor <= high:
+            out[(b, k)] = factor
     return out

@@ -36,12 +36,15 @@ def planner_errors(nodes, cells, pipeline, log, requests_tokens: int) -> dict:
     """The planner's goodput model fed by what the real nodes measured (their cost tables and
     round trip, each run's acceptance) predicts every fixed k; its recommended k against
     that k's measured run. A request's fixed cost on the client/web path (outside the model's
-    rounds) is taken from the other k's measured runs (`_client_rates`). Then the simulator's
+    rounds) is taken from the other k's measured runs (`_client_rates`); the drafter's
+    calibration (what its adaptive rounds realized against the model, by batch and k) scales
+    the model as the planner's own pages do. Then the simulator's
     roofline for this machine's CPU profile, calibrated the same way."""
     from fleet.planner import measurements
     from fleet.planner.adaptive import AdaptiveK
     from fleet.planner.costs import StepCosts
     from fleet.planner.model import Hardware, PipelineModel, round_of
+    from fleet.planner.node_costs import calibration_from_json
     from inference.selectors import node_inspect
 
     draft, verify = ((node_inspect(nodes[r][0].pk) or {}) for r in ("draft", "verify"))
@@ -71,7 +74,14 @@ def planner_errors(nodes, cells, pipeline, log, requests_tokens: int) -> dict:
             a.hop_s = (here.get("hop_ms") or 0.0) / 1000
             a.rest_costs = StepCosts.from_json(here.get("rest_costs"))
         m, _vb = a.model(n)
-        m = m.with_(per_position=per_pos, alpha=None if per_pos else 0.5, n_drafters=1)
+        # and what the drafter's rounds realized against its model, as the planner reads it
+        calibration = calibration_from_json((c.get("drafter") or {}).get("calibration"))
+        m = m.with_(
+            per_position=per_pos,
+            alpha=None if per_pos else 0.5,
+            n_drafters=1,
+            calibration=calibration or None,
+        )
         roof = sim.with_(per_position=per_pos, alpha=None if per_pos else 0.5)
         pred = _client_rates(m, c["fixed"], n, tokens)
         best = max(pred, key=lambda k: pred[k])
