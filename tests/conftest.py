@@ -162,7 +162,8 @@ def pytest_addoption(parser):
 def pytest_collection_modifyitems_database_only(config, items):
     if not config.getoption("--database-tests-only"):
         return
-    keep, drop = [], []
+    keep: list = []
+    drop: list = []
     for item in items:
         wanted = uses_the_database(item) and not item.get_closest_marker("browser")
         (keep if wanted else drop).append(item)

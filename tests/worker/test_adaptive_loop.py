@@ -134,7 +134,7 @@ def test_shadow_drafts_keep_to_their_share_of_the_drafters_time(monkeypatch):
         loop, _ = make_loop(monkeypatch, sent)
         rounds(loop, sent, 20, accept=lambda k: 0, next_token=9)
         assert loop.adaptive.current.get(8) == 0
-        calls = []
+        calls: list[int] = []
         propose = loop.engine.drafter.propose
 
         def timed(requests, propose=propose, cost_s=cost_s, calls=calls):
