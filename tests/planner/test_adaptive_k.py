@@ -369,11 +369,12 @@ def test_a_k_that_disappoints_does_not_condemn_the_k_that_deliver():
     a.goodput_by_k = lambda batch, k_min, k_max: g  # type: ignore[method-assign]
     a.verify_batch = 1
     realized = {0: 100.0} | {k: 115.0 for k in range(1, 6)} | {k: 96.0 for k in range(6, 9)}
-    ks = _run(a, realized, 60)
+    ks = _run(a, realized, 480)  # a round of 1 sequence weighs an eighth of one of 8
     assert ks[0] >= 6  # the model's word first
-    assert all(1 <= k <= 5 for k in ks[20:]), ks
+    late = ks[120:]  # k 6-8 left within ~100 rounds, and retried only as their verdict fades
+    assert sum(1 <= k <= 5 for k in late) >= 0.9 * len(late), ks
     cal = a.snapshot()["calibration"]
-    assert all(cal[f"1/{k}"] < 0.97 for k in range(6, 9) if f"1/{k}" in cal), cal
+    assert all(cal[f"1/{k}"] < cal["1/1"] for k in range(6, 9) if f"1/{k}" in cal), cal
 
 
 def test_a_condemned_k_is_tried_again_once_its_verdict_has_faded():
@@ -385,7 +386,7 @@ def test_a_condemned_k_is_tried_again_once_its_verdict_has_faded():
     a.goodput_by_k = lambda batch, k_min, k_max: g  # type: ignore[method-assign]
     a.verify_batch = 1
     bad = {k: 40.0 for k in range(9)} | {0: 100.0, 2: 92.0}
-    assert _run(a, bad, 40)[-1] == 0
+    assert _run(a, bad, 320)[-1] == 0
     good = bad | {2: 115.0}
     ks = _run(a, good, 4 * CALIBRATION_HALF_LIFE)
     first = ks.index(2)

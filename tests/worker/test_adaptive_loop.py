@@ -148,7 +148,7 @@ def test_shadow_drafts_keep_to_their_share_of_the_drafters_time(monkeypatch):
             rounds(loop, sent, 1, accept=lambda k: 0, next_token=9)
             time.sleep(0.01)
         shadows[cost_s] = len(calls)
-    assert shadows[0.0] == 40
+    assert shadows[0.0] >= 36  # every round at k 0 (a round may explore a k > 0)
     # 0.1 of ~0.4-0.6 s, and the credit saved before (at most 0.1 s): ~8 of 20 ms each
     assert 2 <= shadows[0.02] <= 12, shadows
 
