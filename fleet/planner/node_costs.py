@@ -9,6 +9,7 @@ import json
 import logging
 
 from fleet import redis_clients
+from fleet.planner.adaptive import CALIBRATION_RANGE
 from fleet.planner.costs import StepCosts
 from inference import wire
 
@@ -51,8 +52,6 @@ def node_step_costs(verifiers: list[int], drafters: list[int]) -> dict:
 def calibration_from_json(raw) -> dict[tuple[int, int], float]:
     """A drafter's published calibration ({"batch bucket/k": factor}) as the model takes it;
     what does not parse, or lies outside adaptive k's own clamp, is left out."""
-    from fleet.planner.adaptive import CALIBRATION_RANGE
-
     out: dict[tuple[int, int], float] = {}
     if not isinstance(raw, dict):
         return out

@@ -80,7 +80,7 @@ def planner_errors(nodes, cells, pipeline, log, requests_tokens: int) -> dict:
             per_position=per_pos,
             alpha=None if per_pos else 0.5,
             n_drafters=1,
-            calibration=calibration or None,
+            calibration=calibration,
         )
         roof = sim.with_(per_position=per_pos, alpha=None if per_pos else 0.5)
         pred = _client_rates(m, c["fixed"], n, tokens)

@@ -321,9 +321,10 @@ class DraftLoop(BaseLoop):
 
     # Shadow drafts may take this share of the drafter's time. An n-gram drafter's cost
     # nothing and run every round; a model drafter's are a forward pass (the sequences taken
-    # and their catch-up tokens) on the cores the verifier uses, and every round they cost
-    # plain decoding ~15 % at 8 streams on 2 cores (bench_draft, session 14: adaptive 0.85
-    # of plain with k 0 in 179 of 232 rounds). Within the budget they run every few rounds.
+    # and their catch-up tokens) on the cores the verifier uses, every round while at k 0
+    # (bench_draft, session 14, 8 streams on 2 cores: adaptive 0.85 of plain with k 0 in 179
+    # of 232 rounds; the shadow drafts' share of that loss was not measured apart). Within
+    # the budget they run every few rounds.
     SHADOW_BUDGET = 0.1
     SHADOW_CREDIT_MAX_S = 0.1  # no burst of shadow drafts after a quiet spell
 

@@ -125,9 +125,9 @@ def test_shadow_drafts_at_k0_bring_drafting_back(monkeypatch):
 
 
 def test_shadow_drafts_keep_to_their_share_of_the_drafters_time(monkeypatch):
-    """A model drafter's shadow draft is a forward pass on the cores the verifier uses: run
-    every round it cost plain decoding ~15 % at 8 streams (bench_draft, session 14). Within
-    SHADOW_BUDGET of the drafter's time it runs every few rounds; a free one, every round."""
+    """A model drafter's shadow draft is a forward pass on the cores the verifier uses, once
+    a round at k 0. Within SHADOW_BUDGET of the drafter's time it runs every few rounds; a
+    free one, every round."""
     shadows = {}
     for cost_s in (0.0, 0.02):
         sent: list = []
