@@ -96,8 +96,10 @@
         self.ws.close(); // half-open connection: start over
         return;
       }
-      var quiet = Math.round((Date.now() - self.lastFresh) / 1000);
-      if (quiet >= STALE_S) self.status("stale", "no fresh telemetry for " + quiet + " s");
+      // judged unrounded, as a frame's age is in onmessage (rounded, "stale" came at 4.5 s
+      // while a frame 4.8 s old still counted as fresh and turned the page live again)
+      var quiet = (Date.now() - self.lastFresh) / 1000;
+      if (quiet >= STALE_S) self.status("stale", "no fresh telemetry for " + Math.round(quiet) + " s");
     }, 1000);
   }
   LiveSocket.prototype.status = function (state, detail) {
@@ -128,9 +130,9 @@
       self.lastMessage = Date.now();
       // Connected is not live: after a reconnect the numbers are live again only once a fresh
       // stamp arrives (the first connection gets the usual grace before "stale").
-      var quiet = Math.round((Date.now() - self.lastFresh) / 1000);
+      var quiet = (Date.now() - self.lastFresh) / 1000;
       if (!self.lastTs) self.lastFresh = Date.now();
-      if (self.lastTs && quiet >= STALE_S) self.status("stale", "no fresh telemetry for " + quiet + " s");
+      if (self.lastTs && quiet >= STALE_S) self.status("stale", "no fresh telemetry for " + Math.round(quiet) + " s");
       else self.status("live", "live");
       (self.options.subscribe || []).forEach(function (sub) {
         ws.send(JSON.stringify(Object.assign({ action: "subscribe" }, sub)));

@@ -16,6 +16,10 @@ from tests.browser.pages import login, wall_link_from_page
 pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 FIRST_LOAD_LIMIT = 1_000_000  # bytes over the wire for a live page opened with an empty cache
+# True once every chart container on the page holds Plotly's drawing
+CHARTS_DRAWN = (
+    "() => [...document.querySelectorAll('.chart')].every(c => c.querySelector('.main-svg'))"
+)
 SIZES = {"1440x900": (1440, 900), "1920x1080": (1920, 1080), "390x844": (390, 844)}
 
 
@@ -282,7 +286,10 @@ def test_screenshots_of_every_page_at_three_sizes(stack, chromium, admin, screen
                     page.wait_for_selector("#live-status.live-live", timeout=15000)
                 if name == "api-docs":
                     page.wait_for_selector(".swagger-ui .opblock", timeout=20000)
-                page.wait_for_timeout(1500)  # charts drawn, a live update or two
+                # every chart drawn (Plotly's svg in it), then a frame or two to paint: a
+                # fixed 1.5 s here was 72 s of the test's 95
+                page.wait_for_function(CHARTS_DRAWN, timeout=15000)
+                page.wait_for_timeout(200)
                 full = name != "wall"  # a wall is one screen, never scrolled
                 wide = page.evaluate(OVERFLOW, width)
                 if wide:

@@ -12,6 +12,7 @@ import pytest
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
+STALE_S = 5  # live.js
 LIVE_JS = Path(__file__).resolve().parents[2] / "static" / "js" / "live.js"
 
 FAKE_SOCKET = """
@@ -54,6 +55,9 @@ def test_a_reconnect_answered_with_an_old_push_stays_stale(chromium):
         assert "live-live" in _state(page)
         died = page.evaluate("Date.now() / 1000")
         page.wait_for_selector("#live-status.live-stale", timeout=8000)
+        # the held push below must be older than STALE_S when it arrives: judged by its age,
+        # not by how soon the watchdog's tick said "stale" (a frame 4.8 s old is still fresh)
+        page.wait_for_function(f"Date.now() / 1000 > {died} + 0.2 + {STALE_S} + 0.3")
         # the socket drops and comes back; the server answers with the last push it held
         page.evaluate("window.__sockets[0].close()")
         page.wait_for_function("window.__sockets.length === 2 && window.__sockets[1].readyState")
