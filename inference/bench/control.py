@@ -207,6 +207,7 @@ def bench(*, models: Path, plan: str, log=print, pipelines=("demo", "smollm2")) 
         wait_for(online, 300, "the workers to come online", stack)
         vs_best, vs_plain, adapt_rounds, errors = [], [], [], []
         vs_held_out: list[float] = []
+        repeat: list[float] = []
         for name, (pipeline, nodes) in served.items():
             cells, settled = _measure(name, pipeline, nodes, base, key, how, stack, log)
             adapt_rounds += settled
@@ -216,6 +217,11 @@ def bench(*, models: Path, plan: str, log=print, pipelines=("demo", "smollm2")) 
                 if c.get("best_fixed_held_out"):
                     vs_held_out.append(c["adaptive"] / c["best_fixed_held_out"])
                 vs_plain.append(c["adaptive"] / c["fixed"][0])
+                # the machine's noise beside those ratios: how far the best fixed k's own
+                # repetitions (same prompts, same configuration) fell from each other
+                top = c["runs"][max(c["fixed"], key=lambda k: c["fixed"][k])]
+                if len(top) > 1 and max(top) > 0:
+                    repeat.append(min(top) / max(top))
                 report[f"{name}_n{n}_{phase}"] = {
                     "fixed_tokens_per_s": {str(k): round(v, 1) for k, v in c["fixed"].items()},
                     "best_fixed_k": max(c["fixed"], key=lambda k: c["fixed"][k]),
@@ -226,9 +232,12 @@ def bench(*, models: Path, plan: str, log=print, pipelines=("demo", "smollm2")) 
                     "adaptive_vs_plain": round(c["adaptive"] / c["fixed"][0], 3),
                     "drafter_batch_mean": {str(k): v for k, v in c["drafter_batch_mean"].items()},
                     "adaptive_k_rounds": {str(k): v for k, v in c["adaptive_k_rounds"].items()},
+                    "runs_tokens_per_s": {
+                        str(k): [round(x, 1) for x in v] for k, v in c["runs"].items()
+                    },
                     "adaptive_state": {
                         key: (c.get("drafter") or {}).get(key)
-                        for key in ("k_by_bucket", "calibration")
+                        for key in ("k_by_bucket", "calibration", "calibration_time")
                     },
                 }
             figures = planner_errors(nodes, cells, pipeline, log, how["max_tokens"])
@@ -247,6 +256,8 @@ def bench(*, models: Path, plan: str, log=print, pipelines=("demo", "smollm2")) 
             round(min(vs_held_out), 3) if vs_held_out else None
         )
         report["adaptive_vs_plain_min"] = round(min(vs_plain), 3) if vs_plain else None
+        # the same configuration against itself: a ratio above sits within this much noise
+        report["best_fixed_repeat_agreement_min"] = round(min(repeat), 3) if repeat else None
         report["adapt_rounds"] = max(adapt_rounds) if adapt_rounds else None
         report["planner_real_error_max_pct"] = round(max(errors), 1) if errors else None
         report["planner_sim_error_max_pct"] = round(max(simulated), 1)
@@ -326,6 +337,7 @@ def _measure(name, pipeline, nodes, base, key, how, stack, log):
                     k: round(sum(b) / len(b), 2) if b else None for k, b in batches.items()
                 },
                 "adaptive": mean["adaptive"],
+                "runs": runs,  # each repetition's tokens/s, by k and adaptive
                 "adaptive_k_rounds": dict(sorted(adaptive_ks.items())),
                 "per_position": accept,
                 # the planner's cost inputs as this cell's runs left them (the round trip's

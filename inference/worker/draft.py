@@ -312,7 +312,7 @@ class DraftLoop(BaseLoop):
             period = now - last
             a_round = self.adaptive.observe_round_period(period, propose_s, busy_s, vbatch, k)
             if a_round and n_mine:  # what the k that ran gave, against its prediction
-                self.adaptive.observe_realized(n_mine, k, emitted / n_mine / period)
+                self.adaptive.observe_realized(n_mine, k, emitted / n_mine / period, period)
 
     # Two sequences a round: one draft step over two sequences costs a fraction of the
     # verifier's forward it overlaps, and gives the change detector (which needs 8 recent

@@ -43,6 +43,8 @@ class Command(BaseCommand):
             "adaptive / best fixed k (min) {adaptive_vs_best_fixed_min} (target >= 0.95; "
             "the best k picked on the other repetition: {adaptive_vs_best_fixed_held_out_min}); "
             "adaptive / plain (min) {adaptive_vs_plain_min} (target >= 1.0); "
+            "the best fixed k against its own repetition (min) "
+            "{best_fixed_repeat_agreement_min}; "
             "adapt_rounds {adapt_rounds} (target <= 20); "
             "planner_apply_error_max_pct {planner_apply_error_max_pct} (target <= 15); "
             "bad_apply_rollback_s {bad_apply_rollback_s} (target <= 60)".format(**report)
