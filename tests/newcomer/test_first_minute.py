@@ -212,7 +212,9 @@ def test_readme_first_request_examples_run(up):
     )
     assert done.returncode == 0, done.stderr
     answer = json.loads(done.stdout)
-    assert answer["model"] == "smollm2" and answer["choices"][0]["message"]["content"].strip()
+    assert answer["model"] == "smollm2"
+    # greedy: the right answer every time (sampled at 1.0 it was nonsense 3 times in 4)
+    assert "Paris" in answer["choices"][0]["message"]["content"], answer
 
     python = _readme_block("first-request: openai").replace("127.0.0.1:8000", here)
     done = subprocess.run(
