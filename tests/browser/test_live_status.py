@@ -69,3 +69,24 @@ def test_a_reconnect_answered_with_an_old_push_stays_stale(chromium):
         page.wait_for_selector("#live-status.live-live", timeout=2000)
     finally:
         page.close()
+
+
+def test_stale_is_said_no_sooner_than_a_frame_would_count_as_old(chromium):
+    """The watchdog said "stale" once the quiet spell *rounded* to STALE_S (4.5 s), while a
+    frame was fresh until its age reached STALE_S unrounded: the two disagreed for half a
+    second. On a fake clock: stale neither before STALE_S nor after the next tick past it."""
+    page = chromium.new_page()
+    try:
+        page.clock.install(time=0)
+        page.set_content(PAGE.format(js=LIVE_JS.read_text()))
+        page.add_script_tag(content=FAKE_SOCKET)
+        page.evaluate("window.__live = new Tandem.LiveSocket('/ws/fleet/')")
+        page.clock.run_for(400)  # the socket opens; the watchdog ticks every 1 s from 0
+        page.evaluate("window.__push(Date.now() / 1000)")
+        assert "live-live" in _state(page)
+        page.clock.run_for(STALE_S * 1000 - 400)  # the tick at 5 s: 4.6 s quiet
+        assert "live-live" in _state(page), _state(page)
+        page.clock.run_for(1000)  # the tick at 6 s: 5.6 s quiet
+        assert "live-stale" in _state(page), _state(page)
+    finally:
+        page.close()
