@@ -212,19 +212,20 @@ def bench(*, models: Path, plan: str, log=print, pipelines=("demo", "smollm2")) 
             cells, settled = _measure(name, pipeline, nodes, base, key, how, stack, log)
             adapt_rounds += settled
             for (n, phase), c in cells.items():
-                best = max(c["fixed"].values())
+                best_k = max(c["fixed"], key=lambda k: c["fixed"][k])
+                best = c["fixed"][best_k]
                 vs_best.append(c["adaptive"] / best)
                 if c.get("best_fixed_held_out"):
                     vs_held_out.append(c["adaptive"] / c["best_fixed_held_out"])
                 vs_plain.append(c["adaptive"] / c["fixed"][0])
                 # the machine's noise beside those ratios: how far the best fixed k's own
                 # repetitions (same prompts, same configuration) fell from each other
-                top = c["runs"][max(c["fixed"], key=lambda k: c["fixed"][k])]
+                top = c["runs"][best_k]
                 if len(top) > 1 and max(top) > 0:
                     repeat.append(min(top) / max(top))
                 report[f"{name}_n{n}_{phase}"] = {
                     "fixed_tokens_per_s": {str(k): round(v, 1) for k, v in c["fixed"].items()},
-                    "best_fixed_k": max(c["fixed"], key=lambda k: c["fixed"][k]),
+                    "best_fixed_k": best_k,
                     "adaptive_tokens_per_s": round(c["adaptive"], 1),
                     "adaptive_k_final": c.get("adaptive_k_final"),
                     "adaptive_vs_best_fixed": round(c["adaptive"] / best, 3),
