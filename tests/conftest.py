@@ -113,6 +113,23 @@ def _transactional(item) -> bool:
 ONE_WORKER = ("tests/browser/", "tests/newcomer/test_first_minute.py", "tests/eval/")
 
 
+@pytest.hookimpl(tryfirst=True, specname="pytest_collection_modifyitems")
+def pytest_collection_modifyitems_unique_ids(items):
+    """Give every test its own node id, and refuse a collection where two share one.
+
+    Schemathesis names each operation's test ``test_x[GET /path]`` but leaves every one the
+    node id ``test_x``. pytest runs them all, one process at a time; pytest-xdist schedules by
+    node id, so under ``-n 2`` the 63 operations collapsed into one test and 62 were never run,
+    with no error (session 16: each pass reported 62 fewer tests than it collected)."""
+    for item in items:
+        if not item.nodeid.endswith("::" + item.name):
+            item._id = type(item._id).parse(f"{item.nodeid.rsplit('::', 1)[0]}::{item.name}")
+    seen: set[str] = set()
+    twice = sorted({item.nodeid for item in items if item.nodeid in seen or seen.add(item.nodeid)})
+    if twice:
+        raise pytest.UsageError(f"tests share a node id (xdist would run one of each): {twice[:5]}")
+
+
 @pytest.hookimpl(tryfirst=True, specname="pytest_collection_modifyitems")  # before xdist's
 def pytest_collection_modifyitems_xdist_groups(items):
     for item in items:
