@@ -5,6 +5,7 @@ no role. (Node-agent personas live with the nodes tests.)
 """
 
 import os
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -124,8 +125,7 @@ def pytest_collection_modifyitems_unique_ids(items):
     for item in items:
         if not item.nodeid.endswith("::" + item.name):
             item._id = type(item._id).parse(f"{item.nodeid.rsplit('::', 1)[0]}::{item.name}")
-    seen: set[str] = set()
-    twice = sorted({item.nodeid for item in items if item.nodeid in seen or seen.add(item.nodeid)})
+    twice = sorted(i for i, n in Counter(item.nodeid for item in items).items() if n > 1)
     if twice:
         raise pytest.UsageError(f"tests share a node id (xdist would run one of each): {twice[:5]}")
 
