@@ -59,7 +59,7 @@ PIPELINES: dict[str, LocalPipeline] = {
             draft_model="",
             waiting_for="converting the SmolLM2-135M-Instruct weights (once)",
             worker_env={"TANDEM_NODE_SLOTS": "8", "TANDEM_NODE_MAX_LEN": "2048"},
-            learned_draft_minutes=8.0,
+            learned_draft_minutes=8.5,
         ),
         LocalPipeline(
             name="demo",

@@ -155,6 +155,18 @@ class AdaptiveK:
         below = [j for (bb, j) in self.calibration if bb == b and 0 < j < k]
         return self._faded(b, self.calibration[(b, max(below))]) if below else 1.0
 
+    def new_draft(self, draft_costs: StepCosts) -> None:
+        """The drafter now drafts with another draft: what was measured of the old one -- its
+        step costs, its acceptance, how its speculation fared against the model -- says
+        nothing of this one, which starts from its own sweep and the prior. Kept: the
+        verifier's costs, the rest of a round, and plain decoding's calibration (no draft in
+        them). Before, an n-gram drafter's near-free steps and 0.21 acceptance priced a learned
+        draft's k's until each k had run again."""
+        self.draft_costs = draft_costs
+        self.acceptance = Acceptance(prior=self.acceptance.prior)
+        self.calibration = {bk: e for bk, e in self.calibration.items() if bk[1] == 0}
+        self.time_ratio = {bk: r for bk, r in self.time_ratio.items() if bk[1] == 0}
+
     def merge_verify_costs(self, rows) -> None:
         """The verifier's table, as it sent it (its cells replace ours)."""
         self.verify_costs.merge(StepCosts.from_json(rows))

@@ -17,6 +17,7 @@ import time
 from collections import defaultdict, deque
 
 from fleet.planner.adaptive import AdaptiveK
+from fleet.planner.costs import StepCosts
 from inference.worker import canary, cost_sweep
 from inference.worker.engine_loop import FINAL, BaseLoop
 
@@ -54,10 +55,13 @@ class DraftLoop(BaseLoop):
         self.k_trace: deque[tuple[float, int, int]] = deque(maxlen=256)  # (time, batch, k)
         self.loaded = self.draft_ref()  # what the engine drafts with (boot loaded the config's)
 
+    def _sweep(self, engine) -> StepCosts:
+        max_batch = int(self.config.get("max_verify_batch") or 32)
+        return cost_sweep.sweep_draft(engine, max_batch=max_batch)
+
     def prepare(self) -> None:
         t0 = time.perf_counter()
-        max_batch = int(self.config.get("max_verify_batch") or 32)
-        self.adaptive.draft_costs = cost_sweep.sweep_draft(self.engine, max_batch=max_batch)
+        self.adaptive.draft_costs = self._sweep(self.engine)
         self.adaptive.sweep_s = round(time.perf_counter() - t0, 3)
         logger.info(
             "drafter %s: draft cost sweep %d cells in %.2f s",
@@ -222,6 +226,9 @@ class DraftLoop(BaseLoop):
                 ref,
             )
             return False
+        # its own costs, measured before it takes the sequences (the sweep needs free slots)
+        self.adaptive.new_draft(self._sweep(engine))
+        self.shadow.clear()  # the old draft's shadow guesses
         old, self.engine, self.loaded = self.engine, engine, (kind, ref)
         moved = [(g, self._context(old, g), self.params_of.get(g)) for g in self.verifier_of]
         for gid, _, _ in moved:

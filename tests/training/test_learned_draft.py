@@ -5,6 +5,7 @@ served; a failed run leaves the draft that is served untouched."""
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 import torch
@@ -99,3 +100,41 @@ def test_a_failed_training_leaves_the_served_draft_untouched(
             prompts_file=prompts_file,
         )
     assert _snapshot(out) == served and draft_ready(out)
+
+
+def test_the_learning_rate_warms_up_then_falls_to_its_floor_by_the_end():
+    warmup, floor = 0.05, 0.1
+    rates = [learned_draft.lr_factor(i / 100, warmup, floor) for i in range(101)]
+    peak = rates.index(max(rates))
+    assert 0 < rates[0] < 0.1 and abs(max(rates) - 1.0) < 0.02 and peak == 5
+    assert rates[:peak] == sorted(rates[:peak]) and rates[peak:] == sorted(rates[peak:])[::-1]
+    assert abs(rates[-1] - floor) < 1e-9
+    assert learned_draft.lr_factor(1.7, warmup, floor) == rates[-1]  # a late step stays there
+
+
+def test_the_distillation_follows_the_schedule_by_its_steps(monkeypatch):
+    seen: list[float] = []
+
+    class Opt:
+        param_groups = [{"lr": None}]
+
+        def zero_grad(self, set_to_none=True):
+            seen.append(self.param_groups[0]["lr"])
+
+        def step(self):
+            pass
+
+    student = torch.nn.Linear(2, 2)
+    monkeypatch.setattr(learned_draft, "make_optimizer", lambda *a: Opt())
+    monkeypatch.setattr(learned_draft, "_loss", lambda s, rows, hw: ((s.weight**2).sum(), 0.5))
+    r = Recipe(lr=2e-3, max_steps=20)
+    learned_draft.distil(
+        student,
+        [(0,)] * 8,
+        r,
+        deadline=1e18,
+        rnd=random.Random(0),
+        log=lambda s: None,
+    )
+    assert len(seen) == 20 and max(seen) <= 2e-3 + 1e-12
+    assert seen[-1] < 0.2 * 2e-3 < seen[5]  # fell towards the floor by the last step

@@ -59,6 +59,33 @@ def test_a_new_draft_model_is_loaded_and_takes_the_sequences_in_flight(tmp_path)
     assert "a" not in d.seqs  # freed on the new engine
 
 
+def test_a_new_draft_is_priced_by_its_own_costs_and_acceptance_not_the_old_ones(tmp_path):
+    """Adaptive k kept the n-gram drafter's step costs, acceptance and speculative
+    calibration after a swap to a model draft, so it priced the new draft's k's with the old
+    draft's figures until each k had run again."""
+    target, _ = write_pair(tmp_path)
+    tm, tok = load_checkpoint(target)
+    learned = save_checkpoint(self_draft(tm, 2, torch.arange(0, 200)), tok, tmp_path / "learned")
+    loop = _loop([])
+    loop.prepare()
+    a = loop.adaptive
+    a.draft_costs.cells = {cell: [1e-6, 50.0] for cell in a.draft_costs.cells}  # n-gram: free
+    a.acceptance.observe_lengths([4] * 40, [0] * 40)  # every n-gram draft rejected
+    a.calibration = {(8, 0): (1.1, 0), (8, 2): (0.6, 0)}
+    a.time_ratio = {(8, 0): 1.0, (8, 2): 0.7}
+    assert a.acceptance.alpha() < 0.2
+    _start(loop, {"s": [5, 6, 7, 5, 6]})
+    loop.handle(
+        "config", {"pipeline": 1, "config": {"drafter_kind": "model", "draft_model": str(learned)}}
+    )
+    assert type(loop.engine.drafter).__name__ == "ModelDrafter"
+    assert a is loop.adaptive and a.draft_costs.cells  # swept anew on the new draft
+    assert min(c[0] for c in a.draft_costs.cells.values()) > 1e-5
+    assert a.acceptance.alpha() == pytest.approx(0.5)  # the prior, not the n-gram's record
+    assert a.calibration == {(8, 0): (1.1, 0)} and a.time_ratio == {(8, 0): 1.0}
+    assert loop.engine.drafter.seqs["s"].ctx == [5, 6, 7, 5, 6]  # the sequence moved over
+
+
 def test_a_draft_that_cannot_be_loaded_leaves_the_old_one_drafting(tmp_path):
     sent: list = []
     loop = _loop(sent)

@@ -32,7 +32,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--draft", default=None, help="draft directory (default <target>-draft)"
         )
-        parser.add_argument("--minutes", type=float, default=8.0, help="training budget if missing")
+        parser.add_argument("--minutes", type=float, default=8.5, help="training budget if missing")
         parser.add_argument("--k", type=int, default=4)
         parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
         parser.add_argument("--no-online", action="store_true", help="skip online learning")

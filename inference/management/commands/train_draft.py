@@ -27,7 +27,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--target", required=True, help="a pipeline name or a model reference")
-        parser.add_argument("--minutes", type=float, default=8.0, help="time budget (default 8)")
+        parser.add_argument("--minutes", type=float, default=8.5, help="time budget (default 8.5)")
         parser.add_argument("--out", default=None, help="directory (default <target>-draft)")
         parser.add_argument("--layers", type=int, default=None, help="draft layers (default 3)")
         parser.add_argument("--vocab", type=int, default=None, help="draft vocabulary size")
