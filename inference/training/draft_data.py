@@ -3,14 +3,15 @@ greedy answers to it, with the target's distribution at every answer position.
 
 The prompts (``data/draft_prompts.jsonl``: 1,200 of prose, code, Q&A and chat, written for
 this project from topics and phrasings in four domains; the first 400 were the set until
-session 17, and hold the benchmark's held-out prompts) are rendered with the target's chat template, as requests are served. The target
-answers them greedily, a batch at a time through the engine's KV cache; each step's logits
-are the teacher's distribution for that position, kept as its top ``TOP`` log-probabilities
-(the rest of the mass is negligible for a draft's purposes), so no second teacher pass is
-needed. Every ``HELDOUT_EVERY``-th prompt is held out for evaluation and the benchmark. The
-target answers them in file order until its share of the training's budget is spent: a
-faster machine trains on more prompts (a draft's held-out agreement grew with its answers:
-0.40 on 180 prompts, 0.435 on 360, at equal training time).
+session 17, and hold the benchmark's held-out prompts) are rendered with the target's chat
+template, as requests are served. The target answers them greedily, a batch at a time
+through the engine's KV cache; each step's logits are the teacher's distribution for that
+position, kept as its top ``TOP`` log-probabilities (the rest of the mass is negligible for
+a draft's purposes), so no second teacher pass is needed. Every ``HELDOUT_EVERY``-th prompt
+is held out for evaluation and the benchmark. The target answers them in file order until
+its share of the training's budget is spent: a faster machine trains on more prompts (a
+draft's held-out agreement grew with its answers: 0.40 on 180 prompts, 0.435 on 360, at
+equal training time).
 
 Pure PyTorch, no Django.
 """

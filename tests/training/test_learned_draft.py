@@ -116,7 +116,7 @@ def test_the_distillation_follows_the_schedule_by_its_steps(monkeypatch):
     seen: list[float] = []
 
     class Opt:
-        param_groups = [{"lr": None}]
+        param_groups: list[dict[str, float]] = [{"lr": 0.0}]
 
         def zero_grad(self, set_to_none=True):
             seen.append(self.param_groups[0]["lr"])
